@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both build .venv from the
+# project's own files (requirements.lock pins every dependency) and install the package editable.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck clean venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml setup.py
+	@command -v $(PY) >/dev/null 2>&1 || { echo "error: $(PY) not found; install Python 3.11 or run 'make PY=python3.x'"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m maserve_prefect.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy maserve_prefect
+
+clean:
+	rm -rf $(VENV) build *.egg-info

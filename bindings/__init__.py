@@ -1,0 +1,1 @@
+"""maserve_prefect.bindings (shipped from the repository's bindings/ folder)."""

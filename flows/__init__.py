@@ -1,0 +1,1 @@
+"""maserve_prefect.flows (shipped from the repository's flows/ folder)."""

@@ -1,0 +1,36 @@
+"""`maserve` — the command line (typer + rich).
+
+Each command group lives in its own module and is mounted here; a module owns its group.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="maserve",
+    help="Multi-agent LLM workloads on Prefect: build, record, replay, simulate.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _mount() -> None:
+    from maserve_prefect.cli import sim_cmd, trace_cmd
+
+    app.add_typer(trace_cmd.app, name="trace", help="Semantic Trace: import, export, stats.")
+    app.add_typer(sim_cmd.app, name="sim", help="The embedded vLLM-v1 simulator.")
+
+
+@app.command()
+def version() -> None:
+    """Print the package version."""
+    from maserve_prefect import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    _mount()
+    app()

@@ -1,0 +1,1 @@
+"""maserve_prefect.metrics."""

@@ -1,0 +1,1 @@
+"""maserve_prefect.predictors (shipped from the repository's predictors/ folder)."""

@@ -1,0 +1,1 @@
+"""maserve_prefect.tasks (shipped from the repository's tasks/ folder)."""
