@@ -8,8 +8,12 @@ Every message says what was wrong, where (file, line, op id, element name) and w
     │   ├── TraceValidationError (ValueError)   graph or record invariant broken
     │   ├── TraceImportError (ValueError)       bad input file (names file and line)
     │   ├── IntegrityError                      CAS blob does not match its digest
+    │   ├── BlobNotFoundError (LookupError)     no CAS blob with that digest
+    │   ├── TraceNotFoundError (LookupError)    no ledger run with that trace id
+    │   ├── BundleExistsError (FileExistsError) export target exists; pass overwrite=True
     │   └── IllegalReleaseError (ValueError)    release change drops a required edge / makes a cycle
     ├── EngineError
+    │   ├── RequestError (ValueError)           malformed engine request (names the request id)
     │   ├── UnsupportedError                    engine cannot honour a control or lifecycle action
     │   └── SimulationError                     a simulator event failed (carries its cause)
     └── ConfigError (ValueError)            bad settings, catalog entry or CLI option
@@ -42,12 +46,28 @@ class IntegrityError(TraceError):
     """A content-addressed blob's bytes do not hash to its digest."""
 
 
+class BlobNotFoundError(TraceError, LookupError):
+    """No blob with the requested digest is in the content-addressed store."""
+
+
+class TraceNotFoundError(TraceError, LookupError):
+    """The ledger holds no run with the requested trace id."""
+
+
+class BundleExistsError(TraceError, FileExistsError):
+    """A bundle export would overwrite a non-empty folder without `overwrite=True`."""
+
+
 class IllegalReleaseError(TraceError, ValueError):
     """A release change would drop a required edge or create a cycle."""
 
 
 class EngineError(MaserveError):
     """Engine-side failures."""
+
+
+class RequestError(EngineError, ValueError):
+    """An engine request is malformed (both or neither prompt form, bad lengths)."""
 
 
 class UnsupportedError(EngineError):

@@ -1,7 +1,181 @@
-"""`maserve trace ...` commands."""
+"""`maserve trace ...` commands: import a Mooncake trace into a bundle, print a bundle's stats.
+
+The one idea: commands are thin — parse options, call the library (`trace.mooncake`,
+`trace.bundle`, `metrics.graph`), render with rich. Every `MaserveError` becomes a one-line red
+message on stderr and exit code 1, never a traceback.
+
+`import-mooncake` writes its bundle to `--out`, by default `$MASERVE_HOME/traces/<file stem>`
+(`MASERVE_HOME` defaults to `~/.maserve`, see `maserve_prefect.settings`), so imported traces sit
+beside the ledger and CAS of the same installation.
+
+Examples:
+    maserve trace import-mooncake ../shared/data/traces/mooncake_synthetic_trace.jsonl --out out/mc
+    maserve trace stats out/mc
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from maserve_prefect.errors import MaserveError
+from maserve_prefect.trace.model import Trace
+
+if TYPE_CHECKING:
+    from maserve_prefect.metrics.graph import GraphStats
 
 app = typer.Typer(no_args_is_help=True)
+
+# Traces with at most this many roots get a per-root table in `stats`; larger ones a summary.
+PER_ROOT_TABLE_MAX = 20
+# How many line numbers to show per rejection reason.
+SHOWN_LINES = 5
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=1)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+
+
+def _totals_table(trace: Trace) -> Table:
+    kinds = Counter(str(op.kind) for op in trace.op_index().values())
+    table = Table(title="Totals", show_header=False)
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("roots", str(len(trace.roots)))
+    table.add_row("ops", str(sum(kinds.values())))
+    for kind, count in sorted(kinds.items()):
+        table.add_row(f"  {kind} ops", str(count))
+    table.add_row("input tokens", str(sum(op.num_input_tokens for op in trace.ops)))
+    table.add_row("output tokens", str(sum(op.num_output_tokens for op in trace.ops)))
+    if trace.roots:
+        arrivals = [r.arrival_s for r in trace.roots]
+        table.add_row("arrival span (s)", f"{min(arrivals):.3f} – {max(arrivals):.3f}")
+    return table
+
+
+@app.command("import-mooncake")
+def import_mooncake_cmd(
+    file: Annotated[Path, typer.Argument(help="Mooncake (FAST'25) JSONL request trace.")],
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Bundle directory [default: $MASERVE_HOME/traces/<file stem>]."),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Fail at the first bad row instead of skipping it.")
+    ] = False,
+    block_size: Annotated[int, typer.Option(help="Tokens per hash_ids block.")] = 512,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing bundle at the destination.")
+    ] = False,
+) -> None:
+    """Import a Mooncake JSONL trace as a bundle of single-call roots."""
+    from maserve_prefect.settings import get_settings
+    from maserve_prefect.trace.bundle import export_bundle
+    from maserve_prefect.trace.cas import MemoryStore
+    from maserve_prefect.trace.mooncake import import_mooncake
+
+    try:
+        dest = out if out is not None else get_settings().home / "traces" / file.stem
+        result = import_mooncake(file, strict=strict, block_size=block_size)
+        written = export_bundle(result.trace, MemoryStore(), dest, overwrite=force)
+    except MaserveError as exc:
+        _fail(str(exc))
+    console = Console()
+    console.print(f"imported {file}", highlight=False, soft_wrap=True)
+    summary = Table(title="Rows", show_header=False)
+    summary.add_column("quantity")
+    summary.add_column("value", justify="right")
+    summary.add_row("rows read", str(result.num_rows))
+    summary.add_row("rows accepted", str(result.num_accepted))
+    summary.add_row("rows rejected", str(len(result.rejected)))
+    console.print(summary)
+    if result.rejected:
+        rejected = Table(title="Rejected rows")
+        rejected.add_column("reason")
+        rejected.add_column("rows", justify="right")
+        rejected.add_column("first lines")
+        rejected.add_column("example")
+        details: dict[str, str] = {}
+        for row in result.rejected:
+            details.setdefault(row.reason, row.detail)
+        for reason, lines in result.rejected_by_reason().items():
+            shown = ", ".join(map(str, lines[:SHOWN_LINES])) + (
+                " …" if len(lines) > SHOWN_LINES else ""
+            )
+            rejected.add_row(reason, str(len(lines)), shown, details[reason])
+        console.print(rejected)
+    console.print(_totals_table(result.trace))
+    console.print(f"bundle written to {written}", highlight=False, soft_wrap=True)
+
+
+def _per_root_table(stats: tuple[GraphStats, ...]) -> Table:
+    table = Table(title="LLM-call graph per root")
+    for name in ("root", "ops", "calls", "depth", "level widths", "antichain", "peak in-flight"):
+        table.add_column(name, justify="left" if name == "root" else "right")
+    for s in stats:
+        table.add_row(
+            s.root_id,
+            str(s.num_ops),
+            str(s.num_calls),
+            str(s.depth),
+            " ".join(map(str, s.level_widths)),
+            str(s.antichain_width),
+            "-" if s.peak_in_flight is None else str(s.peak_in_flight),
+        )
+    return table
+
+
+@app.command("stats")
+def stats_cmd(
+    bundle: Annotated[Path, typer.Argument(help="Trace bundle directory.")],
+    per_root: Annotated[
+        bool | None,
+        typer.Option(
+            "--per-root/--summary",
+            help=f"Per-root table or distribution summary [default: per-root up to "
+            f"{PER_ROOT_TABLE_MAX} roots].",
+        ),
+    ] = None,
+) -> None:
+    """Print a bundle's totals and LLM-call graph metrics."""
+    from maserve_prefect.metrics.graph import trace_graph_summary
+    from maserve_prefect.trace.bundle import import_bundle
+
+    try:
+        trace = import_bundle(bundle).trace
+        summary = trace_graph_summary(trace)
+    except MaserveError as exc:
+        _fail(str(exc))
+    console = Console()
+    console.print(
+        f"trace {trace.manifest.trace_id} (source {trace.manifest.source})", highlight=False
+    )
+    console.print(_totals_table(trace))
+    if per_root if per_root is not None else summary.num_roots <= PER_ROOT_TABLE_MAX:
+        console.print(_per_root_table(summary.per_root))
+        return
+    table = Table(title=f"LLM-call graph over {summary.num_roots} roots")
+    for name in ("metric", "mean", "p50", "max"):
+        table.add_column(name, justify="left" if name == "metric" else "right")
+    rows = [
+        ("calls", summary.num_calls),
+        ("depth", summary.depth),
+        ("antichain width", summary.antichain_width),
+        ("peak in-flight", summary.peak_in_flight),
+    ]
+    for name, dist in rows:
+        if dist is None:
+            table.add_row(name, "-", "-", "-")
+        else:
+            table.add_row(name, f"{dist.mean:.2f}", _fmt(dist.p50), _fmt(dist.max))
+    console.print(table)

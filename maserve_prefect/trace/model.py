@@ -50,6 +50,13 @@ class EdgeKind(StrEnum):
     STATE = "state"
 
 
+class DepOrigin(StrEnum):
+    """Where a dependency came from: recorded by the run, or added by a legal release change."""
+
+    RECORDED = "recorded"
+    BARRIER = "barrier"
+
+
 class OpStatus(StrEnum):
     """Final status of one attempt of an op."""
 
@@ -67,11 +74,16 @@ class _Record(BaseModel):
 
 
 class Dep(_Record):
-    """A typed predecessor of an op. `required=False` marks an edge replay may relax."""
+    """A typed predecessor of an op.
+
+    `required=False` marks an edge replay may relax; `origin=BARRIER` marks a control edge added by
+    a legal release change (the DAG rule ignores those, the Barrier rule honours them).
+    """
 
     op_id: str
     kind: EdgeKind
     required: bool = True
+    origin: DepOrigin = DepOrigin.RECORDED
 
 
 class OpTimes(_Record):

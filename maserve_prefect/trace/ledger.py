@@ -1,0 +1,453 @@
+"""The trace ledger: the single, synchronous source of truth for what ran.
+
+The one idea: **every write is one transaction, committed before the call returns.** On SQLite
+(WAL, `synchronous=FULL`, see `trace.db`) that means an op appended is on disk when
+`append_op` returns, so a process killed after N appends leaves N complete ops — the op row, its
+edges and its payload references are written together or not at all. Payload bytes go to the
+content-addressed store *before* the row that references them, so a recorded op never points at a
+missing blob (a crash in between leaves only an unreferenced blob, which is harmless).
+
+Appends are checked as they arrive, naming the op: the run must exist, `(op_id, attempt)` must
+be new, every dependency must name an op already recorded in the run (so the recorded graph is
+acyclic by construction), the op's root must have been added, and every digest it references
+must be in the store. A retried op is recorded as the same `op_id` with `attempt + 1`.
+
+Prefect ids live beside the records, not in them: `begin_run(..., flow_run_id=)` and
+`link_prefect(...)` fill `RunRow.flow_run_id` and the link table, keeping bundles deterministic.
+
+All methods are thread-safe (the task runner calls them from worker threads); one lock
+serializes database access, which SQLite serializes anyway.
+
+Examples:
+    >>> from maserve_prefect.trace.cas import MemoryStore
+    >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, RootRecord
+    >>> ledger = Ledger("sqlite://", MemoryStore())
+    >>> ledger.begin_run(Manifest(trace_id="t1"))
+    >>> ledger.add_root("t1", RootRecord(root_id="r0"))
+    >>> ledger.append_op("t1", OpRecord(op_id="r0/op0", root_id="r0", kind=OpKind.MODEL))
+    >>> [op.op_id for op in ledger.load_trace("t1").ops]
+    ['r0/op0']
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from sqlalchemy import func, insert
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import IntegrityError as DBIntegrityError
+from sqlmodel import Session, col, select
+
+from maserve_prefect.errors import IntegrityError, TraceNotFoundError, TraceValidationError
+from maserve_prefect.trace.cas import BlobStore, ContentStore
+from maserve_prefect.trace.db import create_tables, make_engine
+from maserve_prefect.trace.model import (
+    EngineSample,
+    Manifest,
+    OpRecord,
+    RootRecord,
+    SessionRecord,
+    StageRecord,
+    Trace,
+)
+from maserve_prefect.trace.tables import (
+    OpRow,
+    PrefectLinkRow,
+    RootRow,
+    RunRow,
+    SampleLike,
+    SampleRow,
+    SessionRow,
+    StageRow,
+    op_rows,
+    payload_refs,
+    sample_row,
+)
+
+__all__ = ["Ledger", "PrefectLink", "RunInfo", "RunStatus", "SampleLike"]
+
+
+class RunStatus(StrEnum):
+    """Lifecycle of a recorded run, in order."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the run has ended (any status but running)."""
+        return self is not RunStatus.RUNNING
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A summary row of `Ledger.list_runs`."""
+
+    trace_id: str
+    status: RunStatus
+    source: str
+    created_at: str
+    finished_at: str | None
+    flow_run_id: str | None
+    num_ops: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefectLink:
+    """Which Prefect task run executed one attempt of an op."""
+
+    op_id: str
+    attempt: int
+    flow_run_id: str | None
+    task_run_id: str | None
+
+
+class Ledger:
+    """Synchronous, durable recorder and loader of Semantic Traces.
+
+    Args:
+        db: a SQLAlchemy URL or an `Engine` (from `trace.db.make_engine`).
+        cas: where payload bytes live.
+    """
+
+    def __init__(self, db: str | URL | Engine, cas: BlobStore) -> None:
+        self._owns_engine = not isinstance(db, Engine)
+        if isinstance(db, Engine):
+            create_tables(db)  # a caller's engine may be fresh; creating is a no-op otherwise
+            self.engine: Engine = db
+        else:
+            self.engine = make_engine(db)
+        self.cas = cas
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_settings(cls) -> Ledger:
+        """The ledger at `MASERVE_LEDGER_URL` with the store at `MASERVE_CAS_DIR` (see `settings`)."""
+        from maserve_prefect.settings import get_settings
+
+        s = get_settings()
+        return cls(s.ledger_url, ContentStore(s.cas_dir))
+
+    def close(self) -> None:
+        """Release database connections (only if this ledger opened the engine)."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ---- writes -------------------------------------------------------------------------------
+
+    def begin_run(self, manifest: Manifest, *, flow_run_id: str | None = None) -> None:
+        """Record a new run. `created_at` is filled with the current UTC time when absent.
+
+        Raises:
+            TraceValidationError: a run with this trace id is already recorded.
+        """
+        created_at = manifest.created_at or datetime.now(UTC).isoformat()
+        manifest = manifest.model_copy(update={"created_at": created_at})
+        with self._write(f"run {manifest.trace_id!r}") as session:
+            if session.get(RunRow, manifest.trace_id) is not None:
+                raise TraceValidationError(
+                    f"run {manifest.trace_id!r} is already recorded in the ledger; "
+                    f"use a new trace id for a new run"
+                )
+            session.add(
+                RunRow(
+                    trace_id=manifest.trace_id,
+                    manifest_json=manifest.to_json_line(),
+                    created_at=created_at,
+                    status=RunStatus.RUNNING.value,
+                    source=manifest.source,
+                    flow_run_id=flow_run_id,
+                )
+            )
+
+    def finish_run(self, trace_id: str, status: RunStatus | str = RunStatus.COMPLETED) -> None:
+        """Mark a run finished with `status` (completed, failed or cancelled)."""
+        status = RunStatus(status)
+        with self._write(f"run {trace_id!r}") as session:
+            row = self._run_row(session, trace_id)
+            row.status = status.value
+            row.finished_at = datetime.now(UTC).isoformat() if status.is_finished else None
+            session.add(row)
+
+    def add_root(self, trace_id: str, root: RootRecord) -> None:
+        """Record a root task instance of the run."""
+        with self._write(f"root {root.root_id!r} of run {trace_id!r}") as session:
+            self._run_row(session, trace_id)
+            session.add(
+                RootRow(
+                    trace_id=trace_id,
+                    root_id=root.root_id,
+                    workflow=root.workflow,
+                    arrival_s=root.arrival_s,
+                    record_json=root.to_json_line(),
+                )
+            )
+
+    def add_stage(self, trace_id: str, stage: StageRecord) -> None:
+        """Record a stage instance; its root must already be recorded."""
+        with self._write(f"stage {stage.stage_id!r} of run {trace_id!r}") as session:
+            self._require_root(session, trace_id, stage.root_id, f"stage {stage.stage_id!r}")
+            session.add(
+                StageRow(
+                    trace_id=trace_id,
+                    stage_id=stage.stage_id,
+                    root_id=stage.root_id,
+                    name=stage.name,
+                    record_json=stage.to_json_line(),
+                )
+            )
+
+    def add_session(self, trace_id: str, sess: SessionRecord) -> None:
+        """Record a participant session; its root must already be recorded."""
+        with self._write(f"session {sess.session_id!r} of run {trace_id!r}") as session:
+            self._require_root(session, trace_id, sess.root_id, f"session {sess.session_id!r}")
+            session.add(
+                SessionRow(
+                    trace_id=trace_id,
+                    session_id=sess.session_id,
+                    root_id=sess.root_id,
+                    stage_id=sess.stage_id,
+                    record_json=sess.to_json_line(),
+                )
+            )
+
+    def append_op(
+        self, trace_id: str, op: OpRecord, *, payloads: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Record one op attempt durably: row, edges and payload refs in one transaction.
+
+        Args:
+            trace_id: the run.
+            op: the record; a retry is the same `op_id` with a higher `attempt`.
+            payloads: digest → bytes for blobs the op references that are not yet stored;
+                they are written to the store before the op row.
+
+        Raises:
+            IntegrityError: a payload's bytes do not hash to its key.
+            TraceValidationError: the op id + attempt exists, a dependency names an op not yet
+                recorded (or the op itself), the root is unknown, or a digest is not stored.
+
+        Examples:
+            >>> from maserve_prefect.trace.cas import MemoryStore, sha256_hex
+            >>> from maserve_prefect.trace.model import Manifest, OpKind, RootRecord
+            >>> lg = Ledger("sqlite://", MemoryStore())
+            >>> lg.begin_run(Manifest(trace_id="t")); lg.add_root("t", RootRecord(root_id="r"))
+            >>> out = b"answer"
+            >>> op = OpRecord(op_id="r/0", root_id="r", kind=OpKind.MODEL, output_ref=sha256_hex(out))
+            >>> lg.append_op("t", op, payloads={sha256_hex(out): out})
+        """
+        where = f"op {op.op_id!r} attempt {op.attempt} of run {trace_id!r}"
+        for digest, data in (payloads or {}).items():
+            actual = self.cas.put(data)
+            if actual != digest:
+                raise IntegrityError(
+                    f"{where}: payload given for digest {digest} hashes to {actual}; "
+                    f"key payloads by sha256_hex(data)"
+                )
+        missing = sorted({d for _, _, d in payload_refs(op) if not self.cas.has(d)})
+        if missing:
+            raise TraceValidationError(
+                f"{where} references {len(missing)} blob(s) not in the store "
+                f"(first: {missing[0]}); pass their bytes in `payloads=` or put them first"
+            )
+        dep_ids = {d.op_id for d in op.deps}
+        with self._write(where) as session:
+            self._require_root(session, trace_id, op.root_id, f"op {op.op_id!r}")
+            dup = session.exec(
+                select(OpRow.id).where(
+                    OpRow.trace_id == trace_id, OpRow.op_id == op.op_id, OpRow.attempt == op.attempt
+                )
+            ).first()
+            if dup is not None:
+                raise TraceValidationError(
+                    f"{where} is already recorded; record a retry as attempt {op.attempt + 1}"
+                )
+            if op.op_id in dep_ids:
+                raise TraceValidationError(f"{where} depends on itself; remove that dependency")
+            if dep_ids:
+                known = set(
+                    session.exec(
+                        select(OpRow.op_id)
+                        .where(OpRow.trace_id == trace_id, col(OpRow.op_id).in_(dep_ids))
+                        .distinct()
+                    )
+                )
+                unknown = sorted(dep_ids - known)
+                if unknown:
+                    raise TraceValidationError(
+                        f"{where} depends on {unknown} which are not recorded in this run; "
+                        f"append predecessors before the ops that depend on them"
+                    )
+            session.add_all(op_rows(trace_id, op))
+
+    def append_samples(self, trace_id: str, samples: Iterable[SampleLike]) -> int:
+        """Append engine-state samples in one transaction (a bulk insert); return the count.
+
+        Examples:
+            >>> from maserve_prefect.trace.cas import MemoryStore
+            >>> lg = Ledger("sqlite://", MemoryStore()); lg.begin_run(Manifest(trace_id="t"))
+            >>> lg.append_samples("t", [("replica0", 0.5, "vllm:num_requests_running", 3.0)])
+            1
+        """
+        rows = [sample_row(trace_id, s) for s in samples]
+        if not rows:
+            return 0
+        with self._write(f"samples of run {trace_id!r}") as session:
+            self._run_row(session, trace_id)
+            session.connection().execute(insert(SampleRow), rows)
+        return len(rows)
+
+    def link_prefect(
+        self,
+        trace_id: str,
+        op_id: str,
+        attempt: int = 1,
+        *,
+        flow_run_id: str | None,
+        task_run_id: str | None,
+    ) -> None:
+        """Record (or update) which Prefect task run executed an op attempt."""
+        where = f"Prefect link of op {op_id!r} attempt {attempt} of run {trace_id!r}"
+        with self._write(where) as session:
+            self._run_row(session, trace_id)
+            row = session.exec(
+                select(PrefectLinkRow).where(
+                    PrefectLinkRow.trace_id == trace_id,
+                    PrefectLinkRow.op_id == op_id,
+                    PrefectLinkRow.attempt == attempt,
+                )
+            ).first()
+            if row is None:
+                row = PrefectLinkRow(trace_id=trace_id, op_id=op_id, attempt=attempt)
+            row.flow_run_id = flow_run_id
+            row.task_run_id = task_run_id
+            session.add(row)
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    def load_trace(self, trace_id: str) -> Trace:
+        """The run as a `Trace`, records in append order, manifest including `created_at`.
+
+        Raises:
+            TraceNotFoundError: no run with this id.
+        """
+        with self._lock, Session(self.engine) as session:
+            run = self._run_row(session, trace_id)
+
+            def records(table: type[RootRow | StageRow | SessionRow | OpRow]) -> list[str]:
+                stmt = select(table.record_json).where(table.trace_id == trace_id)
+                return list(session.exec(stmt.order_by(col(table.id))))
+
+            samples = session.exec(
+                select(SampleRow.source, SampleRow.t_s, SampleRow.name, SampleRow.value)
+                .where(SampleRow.trace_id == trace_id)
+                .order_by(col(SampleRow.id))
+            ).all()
+            return Trace(
+                manifest=Manifest.model_validate_json(run.manifest_json),
+                roots=[RootRecord.model_validate_json(j) for j in records(RootRow)],
+                stages=[StageRecord.model_validate_json(j) for j in records(StageRow)],
+                sessions=[SessionRecord.model_validate_json(j) for j in records(SessionRow)],
+                ops=[OpRecord.model_validate_json(j) for j in records(OpRow)],
+                samples=[
+                    EngineSample(source=src, t_s=t, name=name, value=v)
+                    for src, t, name, v in samples
+                ],
+            )
+
+    def list_runs(self) -> list[RunInfo]:
+        """Every recorded run, oldest first, with its op count (attempts included)."""
+        with self._lock, Session(self.engine) as session:
+            counts = dict(
+                session.exec(
+                    select(OpRow.trace_id, func.count(col(OpRow.id))).group_by(col(OpRow.trace_id))
+                ).all()
+            )
+            runs = session.exec(
+                select(RunRow).order_by(col(RunRow.created_at), col(RunRow.trace_id))
+            ).all()
+            return [
+                RunInfo(
+                    trace_id=r.trace_id,
+                    status=RunStatus(r.status),
+                    source=r.source,
+                    created_at=r.created_at,
+                    finished_at=r.finished_at,
+                    flow_run_id=r.flow_run_id,
+                    num_ops=int(counts.get(r.trace_id, 0)),
+                )
+                for r in runs
+            ]
+
+    def runs_of_flow_run(self, flow_run_id: str) -> list[str]:
+        """Trace ids recorded under a Prefect flow run (directly or via op links)."""
+        with self._lock, Session(self.engine) as session:
+            direct = session.exec(select(RunRow.trace_id).where(RunRow.flow_run_id == flow_run_id))
+            linked = session.exec(
+                select(PrefectLinkRow.trace_id).where(PrefectLinkRow.flow_run_id == flow_run_id)
+            )
+            return sorted(set(direct) | set(linked))
+
+    def prefect_links(self, trace_id: str) -> list[PrefectLink]:
+        """The Prefect task runs linked to ops of a run, in link order."""
+        with self._lock, Session(self.engine) as session:
+            self._run_row(session, trace_id)
+            rows = session.exec(
+                select(PrefectLinkRow)
+                .where(PrefectLinkRow.trace_id == trace_id)
+                .order_by(col(PrefectLinkRow.id))
+            ).all()
+            return [PrefectLink(r.op_id, r.attempt, r.flow_run_id, r.task_run_id) for r in rows]
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self, where: str) -> Iterator[Session]:
+        """One locked transaction, committed on exit; a unique-key clash names `where`."""
+        with self._lock, Session(self.engine) as session:
+            try:
+                yield session
+                session.commit()
+            except DBIntegrityError as exc:
+                session.rollback()
+                raise TraceValidationError(
+                    f"{where} clashes with a record already in the ledger ({exc.orig}); "
+                    f"ids must be unique within a run"
+                ) from exc
+            except BaseException:
+                session.rollback()
+                raise
+
+    @staticmethod
+    def _run_row(session: Session, trace_id: str) -> RunRow:
+        row = session.get(RunRow, trace_id)
+        if row is None:
+            raise TraceNotFoundError(
+                f"run {trace_id!r} is not in the ledger; call begin_run first "
+                f"(or list recorded runs with Ledger.list_runs)"
+            )
+        return row
+
+    def _require_root(self, session: Session, trace_id: str, root_id: str, what: str) -> None:
+        self._run_row(session, trace_id)
+        found = session.exec(
+            select(RootRow.id).where(RootRow.trace_id == trace_id, RootRow.root_id == root_id)
+        ).first()
+        if found is None:
+            raise TraceValidationError(
+                f"{what} of run {trace_id!r} names root {root_id!r}, which is not recorded; "
+                f"call add_root first"
+            )

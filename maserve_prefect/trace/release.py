@@ -1,0 +1,326 @@
+"""Legal release changes and the named release rules replay consumes.
+
+The one idea: replay keeps the recorded work fixed and varies only *when* ops may be released.
+A legal change may add control edges between ops of one root (a barrier) but must keep every
+required edge and stay acyclic. Four named rules say which ops must complete before an op is
+released:
+
+- `DAG`: the recorded deps (barrier edges added later are left out).
+- `BARRIER`: the recorded deps plus barrier edges (`apply_barrier`).
+- `FLAT`: nothing — every op of a root is released at the root's arrival.
+- `ARRIVAL`: nothing — every op is released at its observed submission time.
+
+Flat and Arrival ignore data dependencies, so they are *non-causal reference* arms: exempt from
+the required-edge rule, and every `ReleasePlan` built from them carries `non_causal=True` so that
+reports flag them.
+
+Barrier edges become `Dep(kind=CONTROL, required=False, origin=BARRIER)` on the successor:
+`required=False` because they are added release constraints, not recorded necessities, and
+`origin=BARRIER` is what tells them apart from recorded deps (the DAG rule drops exactly those).
+
+Examples:
+    >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
+    >>> tr = Trace(manifest=Manifest(trace_id="x"), ops=[
+    ...     OpRecord(op_id="r/a", root_id="r", kind=OpKind.MODEL),
+    ...     OpRecord(op_id="r/b", root_id="r", kind=OpKind.MODEL)])
+    >>> changed = apply_barrier(tr, [BarrierEdge("r/a", "r/b")])
+    >>> release_predecessors(changed, ReleaseRule.BARRIER)["r/b"]
+    ('r/a',)
+    >>> release_predecessors(changed, ReleaseRule.DAG)["r/b"]
+    ()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import networkx as nx
+
+from maserve_prefect.errors import IllegalReleaseError, TraceValidationError
+from maserve_prefect.trace.model import Dep, DepOrigin, EdgeKind, OpRecord, Trace
+
+
+class ReleaseRule(StrEnum):
+    """When replay may release an op (see the module docstring)."""
+
+    DAG = "dag"
+    BARRIER = "barrier"
+    FLAT = "flat"
+    ARRIVAL = "arrival"
+
+    @property
+    def is_causal(self) -> bool:
+        """True when the rule respects every recorded required edge (DAG, Barrier)."""
+        return self in (ReleaseRule.DAG, ReleaseRule.BARRIER)
+
+
+@dataclass(slots=True, frozen=True)
+class BarrierEdge:
+    """`src_op` must complete before `dst_op` is released (both ops of one root)."""
+
+    src_op: str
+    dst_op: str
+    note: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class StageBarrier:
+    """Every op of stage `before` completes before any op of stage `after`, within each root.
+
+    Stages match by `StageRecord.name` (the template-level name, so one barrier applies to every
+    root), or by the op's `stage_id` when the trace has no stage record for it. `root_id`
+    restricts the barrier to one root.
+    """
+
+    before: str
+    after: str
+    root_id: str | None = None
+
+
+def _stage_names(trace: Trace) -> dict[str, str]:
+    return {s.stage_id: s.name for s in trace.stages}
+
+
+def expand_stage_barrier(trace: Trace, barrier: StageBarrier) -> list[BarrierEdge]:
+    """All-pairs op edges of a stage barrier, in record order.
+
+    Raises:
+        IllegalReleaseError: no root holds ops of both stages (likely a misspelt stage).
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
+        >>> tr = Trace(manifest=Manifest(trace_id="x"), ops=[
+        ...     OpRecord(op_id="r/a", root_id="r", stage_id="s1", kind=OpKind.MODEL),
+        ...     OpRecord(op_id="r/b", root_id="r", stage_id="s2", kind=OpKind.MODEL)])
+        >>> expand_stage_barrier(tr, StageBarrier("s1", "s2"))
+        [BarrierEdge(src_op='r/a', dst_op='r/b', note='stage s1 -> s2')]
+    """
+    names = _stage_names(trace)
+    before: dict[str, list[str]] = {}
+    after: dict[str, list[str]] = {}
+    for op in trace.op_index().values():
+        if barrier.root_id is not None and op.root_id != barrier.root_id:
+            continue
+        name = names.get(op.stage_id, op.stage_id)
+        if name == barrier.before:
+            before.setdefault(op.root_id, []).append(op.op_id)
+        if name == barrier.after:
+            after.setdefault(op.root_id, []).append(op.op_id)
+    note = f"stage {barrier.before} -> {barrier.after}"
+    edges = [
+        BarrierEdge(src, dst, note)
+        for root_id, srcs in before.items()
+        for src in srcs
+        for dst in after.get(root_id, ())
+    ]
+    if not edges:
+        known = sorted({names.get(op.stage_id, op.stage_id) for op in trace.ops} - {""})
+        raise IllegalReleaseError(
+            f"stage barrier {barrier.before!r} -> {barrier.after!r} matches no root holding ops "
+            f"of both stages; known stages: {', '.join(known) or '(none)'}"
+        )
+    return edges
+
+
+def _check_edge(edge: BarrierEdge, index: dict[str, OpRecord]) -> None:
+    for op_id in (edge.src_op, edge.dst_op):
+        if op_id not in index:
+            raise IllegalReleaseError(
+                f"barrier edge {edge.src_op} -> {edge.dst_op} names unknown op {op_id!r}; "
+                "use op ids of the trace"
+            )
+    src, dst = index[edge.src_op], index[edge.dst_op]
+    if src.root_id != dst.root_id:
+        raise IllegalReleaseError(
+            f"barrier edge {edge.src_op} -> {edge.dst_op} crosses roots "
+            f"({src.root_id!r} -> {dst.root_id!r}); release changes stay within one root"
+        )
+
+
+def _dep_graph(ops: Iterable[OpRecord]) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for op in ops:
+        g.add_node(op.op_id)
+        g.add_edges_from((d.op_id, op.op_id) for d in op.deps)
+    return g
+
+
+def _raise_if_cyclic(g: nx.DiGraph, what: str) -> None:
+    try:
+        cycle = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return
+    nodes = [u for u, _ in cycle]
+    raise IllegalReleaseError(
+        f"{what} would create the cycle {' -> '.join([*nodes, nodes[0]])}; drop or reverse one "
+        "of its barrier edges"
+    )
+
+
+def apply_barrier(trace: Trace, edges: Iterable[BarrierEdge | StageBarrier]) -> Trace:
+    """Return a new trace whose ops gain the barrier's control edges (all existing deps kept).
+
+    An edge whose pair is already linked by a dep adds nothing.
+
+    Args:
+        trace: the recorded trace (left unchanged).
+        edges: op-level edges and/or stage barriers.
+
+    Raises:
+        IllegalReleaseError: an edge names an unknown op, crosses roots, or the result would be
+            cyclic (the message names the cycle's op ids).
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
+        >>> tr = Trace(manifest=Manifest(trace_id="x"), ops=[
+        ...     OpRecord(op_id="r/a", root_id="r", kind=OpKind.MODEL),
+        ...     OpRecord(op_id="r/b", root_id="r", kind=OpKind.MODEL)])
+        >>> apply_barrier(tr, [BarrierEdge("r/a", "r/b"), BarrierEdge("r/b", "r/a")])
+        Traceback (most recent call last):
+        ...
+        maserve_prefect.errors.IllegalReleaseError: barrier would create the cycle r/a -> r/b -> r/a; drop or reverse one of its barrier edges
+    """
+    index = trace.op_index()
+    flat: list[BarrierEdge] = []
+    for item in edges:
+        flat.extend(expand_stage_barrier(trace, item) if isinstance(item, StageBarrier) else [item])
+    added: dict[str, list[str]] = {}
+    for edge in flat:
+        _check_edge(edge, index)
+        existing = {d.op_id for d in index[edge.dst_op].deps}
+        targets = added.setdefault(edge.dst_op, [])
+        if edge.src_op not in existing and edge.src_op not in targets:
+            targets.append(edge.src_op)
+    g = _dep_graph(index.values())
+    g.add_edges_from((src, dst) for dst, srcs in added.items() for src in srcs)
+    _raise_if_cyclic(g, "barrier")
+    new_ops = [
+        op.model_copy(
+            update={
+                "deps": op.deps
+                + tuple(
+                    Dep(op_id=s, kind=EdgeKind.CONTROL, required=False, origin=DepOrigin.BARRIER)
+                    for s in added[op.op_id]
+                )
+            }
+        )
+        if op.op_id in added
+        else op
+        for op in trace.ops
+    ]
+    return trace.model_copy(update={"ops": new_ops})
+
+
+def check_legal_change(original: Trace, changed: Trace) -> None:
+    """Check that `changed` is a legal release change of `original`.
+
+    Legal: same op ids, every required edge of `original` kept, every added edge a control edge
+    within one root, and the result acyclic.
+
+    Raises:
+        IllegalReleaseError: the first violation, naming the edge or cycle.
+    """
+    before, after = original.op_index(), changed.op_index()
+    if before.keys() != after.keys():
+        diff = sorted(before.keys() ^ after.keys())
+        raise IllegalReleaseError(f"release change altered the op set: {', '.join(diff[:5])}")
+    for op_id, op in before.items():
+        kept = {(d.op_id, d.kind) for d in after[op_id].deps}
+        for dep in op.deps:
+            if dep.required and (dep.op_id, dep.kind) not in kept:
+                raise IllegalReleaseError(
+                    f"release change drops required {dep.kind} edge {dep.op_id} -> {op_id}"
+                )
+        old = {(d.op_id, d.kind, d.required) for d in op.deps}
+        for dep in after[op_id].deps:
+            if (dep.op_id, dep.kind, dep.required) in old:
+                continue
+            if dep.kind != EdgeKind.CONTROL or after[dep.op_id].root_id != op.root_id:
+                raise IllegalReleaseError(
+                    f"release change adds {dep.kind} edge {dep.op_id} -> {op_id}; only control "
+                    "edges within one root may be added"
+                )
+    _raise_if_cyclic(_dep_graph(after.values()), "release change")
+
+
+@dataclass(slots=True, frozen=True)
+class ReleasePlan:
+    """What the replay driver needs to release ops under one rule.
+
+    Attributes:
+        rule: the release rule.
+        predecessors: op id → ops that must complete before it is released.
+        release_at_s: op id → earliest release time (root arrival for DAG/Barrier/Flat, the
+            observed submission time for Arrival).
+        non_causal: True for Flat and Arrival (reference arms; reports must flag them).
+    """
+
+    rule: ReleaseRule
+    predecessors: dict[str, tuple[str, ...]]
+    release_at_s: dict[str, float]
+    non_causal: bool
+
+
+def release_predecessors(trace: Trace, rule: ReleaseRule) -> dict[str, tuple[str, ...]]:
+    """Per op, which ops must complete before it is released under `rule`.
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
+        >>> tr = Trace(manifest=Manifest(trace_id="x"), ops=[
+        ...     OpRecord(op_id="r/a", root_id="r", kind=OpKind.MODEL),
+        ...     OpRecord(op_id="r/b", root_id="r", kind=OpKind.MODEL,
+        ...              deps=(Dep(op_id="r/a", kind=EdgeKind.DATA),))])
+        >>> release_predecessors(tr, ReleaseRule.DAG)["r/b"], release_predecessors(tr, "flat")["r/b"]
+        (('r/a',), ())
+    """
+    rule = ReleaseRule(rule)
+    index = trace.op_index()
+    if not rule.is_causal:
+        return dict.fromkeys(index, ())
+    skip_barrier = rule is ReleaseRule.DAG
+    return {
+        op_id: tuple(
+            dict.fromkeys(
+                d.op_id for d in op.deps if not (skip_barrier and d.origin is DepOrigin.BARRIER)
+            )
+        )
+        for op_id, op in index.items()
+    }
+
+
+def release_plan(trace: Trace, rule: ReleaseRule | str) -> ReleasePlan:
+    """Build the `ReleasePlan` of a trace under a rule.
+
+    Raises:
+        TraceValidationError: Arrival on an op without an observed submission time.
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, RootRecord, Trace
+        >>> tr = Trace(manifest=Manifest(trace_id="x"), roots=[RootRecord(root_id="r", arrival_s=2.0)],
+        ...            ops=[OpRecord(op_id="r/a", root_id="r", kind=OpKind.MODEL)])
+        >>> p = release_plan(tr, "flat")
+        >>> p.non_causal, p.release_at_s
+        (True, {'r/a': 2.0})
+    """
+    rule = ReleaseRule(rule)
+    index = trace.op_index()
+    arrivals = {r.root_id: r.arrival_s for r in trace.roots}
+    release_at: dict[str, float] = {}
+    for op_id, op in index.items():
+        if rule is ReleaseRule.ARRIVAL:
+            if op.times.submitted_s is None:
+                raise TraceValidationError(
+                    f"op {op_id!r} has no submitted_s; the Arrival rule replays observed "
+                    "submission times, so use DAG/Barrier/Flat for this trace"
+                )
+            release_at[op_id] = op.times.submitted_s
+        else:
+            release_at[op_id] = arrivals.get(op.root_id, 0.0)
+    return ReleasePlan(
+        rule=rule,
+        predecessors=release_predecessors(trace, rule),
+        release_at_s=release_at,
+        non_causal=not rule.is_causal,
+    )

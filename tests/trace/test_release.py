@@ -1,0 +1,204 @@
+"""Tests for trace.release: barrier legality and the named release rules."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maserve_prefect.errors import IllegalReleaseError, TraceValidationError
+from maserve_prefect.trace.model import (
+    Dep,
+    DepOrigin,
+    EdgeKind,
+    Manifest,
+    OpKind,
+    OpRecord,
+    OpTimes,
+    RootRecord,
+    StageRecord,
+    Trace,
+)
+from maserve_prefect.trace.release import (
+    BarrierEdge,
+    ReleaseRule,
+    StageBarrier,
+    apply_barrier,
+    check_legal_change,
+    release_plan,
+    release_predecessors,
+)
+
+
+def make_op(
+    op_id: str, *deps: str, root: str = "r", stage: str = "", submitted_s: float | None = None
+) -> OpRecord:
+    return OpRecord(
+        op_id=op_id,
+        root_id=root,
+        stage_id=stage,
+        kind=OpKind.MODEL,
+        deps=tuple(Dep(op_id=d, kind=EdgeKind.DATA) for d in deps),
+        times=OpTimes(submitted_s=submitted_s),
+    )
+
+
+def make_trace(*ops: OpRecord, stages: tuple[StageRecord, ...] = ()) -> Trace:
+    roots = [RootRecord(root_id=r, arrival_s=1.0) for r in dict.fromkeys(o.root_id for o in ops)]
+    return Trace(manifest=Manifest(trace_id="t"), roots=roots, ops=list(ops), stages=list(stages))
+
+
+def fork_join() -> Trace:
+    # a1, a2 independent analysts; s waits for both.
+    return make_trace(make_op("a1"), make_op("a2"), make_op("s", "a1", "a2"))
+
+
+def test_rule_causality_flags() -> None:
+    assert ReleaseRule.DAG.is_causal and ReleaseRule.BARRIER.is_causal
+    assert not ReleaseRule.FLAT.is_causal and not ReleaseRule.ARRIVAL.is_causal
+
+
+def test_barrier_adds_non_required_control_edge_and_keeps_original() -> None:
+    tr = fork_join()
+    changed = apply_barrier(tr, [BarrierEdge("a1", "a2", note="serialize analysts")])
+    a2 = changed.op_index()["a2"]
+    assert a2.deps == (
+        Dep(op_id="a1", kind=EdgeKind.CONTROL, required=False, origin=DepOrigin.BARRIER),
+    )
+    assert changed.op_index()["s"].deps == tr.op_index()["s"].deps
+    assert tr.op_index()["a2"].deps == ()  # input untouched
+    check_legal_change(tr, changed)
+
+
+def test_barrier_on_existing_edge_is_a_no_op() -> None:
+    changed = apply_barrier(fork_join(), [BarrierEdge("a1", "s"), BarrierEdge("a1", "a2")] * 2)
+    assert changed.op_index()["s"].deps == fork_join().op_index()["s"].deps
+    assert [d.origin for d in changed.op_index()["a2"].deps] == [DepOrigin.BARRIER]
+
+
+def test_cycle_is_rejected_and_named() -> None:
+    with pytest.raises(IllegalReleaseError, match=r"cycle (s -> a1 -> s|a1 -> s -> a1)"):
+        apply_barrier(fork_join(), [BarrierEdge("s", "a1")])
+
+
+def test_self_edge_is_a_cycle() -> None:
+    with pytest.raises(IllegalReleaseError, match="cycle a1 -> a1"):
+        apply_barrier(fork_join(), [BarrierEdge("a1", "a1")])
+
+
+def test_unknown_op_and_cross_root_edges_rejected() -> None:
+    with pytest.raises(IllegalReleaseError, match="unknown op 'nope'"):
+        apply_barrier(fork_join(), [BarrierEdge("a1", "nope")])
+    tr = make_trace(make_op("x/a", root="x"), make_op("y/a", root="y"))
+    with pytest.raises(IllegalReleaseError, match="crosses roots"):
+        apply_barrier(tr, [BarrierEdge("x/a", "y/a")])
+
+
+def test_stage_barrier_by_name_in_every_root() -> None:
+    ops = []
+    stages = []
+    for r in ("p", "q"):
+        stages += [
+            StageRecord(stage_id=f"{r}/s1", root_id=r, name="draft"),
+            StageRecord(stage_id=f"{r}/s2", root_id=r, name="review"),
+        ]
+        ops += [
+            make_op(f"{r}/d1", root=r, stage=f"{r}/s1"),
+            make_op(f"{r}/d2", root=r, stage=f"{r}/s1"),
+            make_op(f"{r}/v1", root=r, stage=f"{r}/s2"),
+        ]
+    tr = make_trace(*ops, stages=tuple(stages))
+    changed = apply_barrier(tr, [StageBarrier("draft", "review")])
+    preds = release_predecessors(changed, ReleaseRule.BARRIER)
+    assert preds["p/v1"] == ("p/d1", "p/d2")
+    assert preds["q/v1"] == ("q/d1", "q/d2")
+    only_q = apply_barrier(tr, [StageBarrier("draft", "review", root_id="q")])
+    assert release_predecessors(only_q, ReleaseRule.BARRIER)["p/v1"] == ()
+    with pytest.raises(IllegalReleaseError, match="known stages: draft, review"):
+        apply_barrier(tr, [StageBarrier("draft", "reveiw")])
+
+
+def test_release_predecessors_per_rule() -> None:
+    changed = apply_barrier(fork_join(), [BarrierEdge("a1", "a2")])
+    dag = release_predecessors(changed, ReleaseRule.DAG)
+    barrier = release_predecessors(changed, ReleaseRule.BARRIER)
+    assert dag == {"a1": (), "a2": (), "s": ("a1", "a2")}
+    assert barrier == {"a1": (), "a2": ("a1",), "s": ("a1", "a2")}
+    for rule in (ReleaseRule.FLAT, ReleaseRule.ARRIVAL):
+        assert release_predecessors(changed, rule) == {"a1": (), "a2": (), "s": ()}
+
+
+def test_release_plans() -> None:
+    tr = make_trace(make_op("a", submitted_s=1.5), make_op("b", "a", submitted_s=4.0))
+    dag = release_plan(tr, ReleaseRule.DAG)
+    assert (dag.non_causal, dag.release_at_s) == (False, {"a": 1.0, "b": 1.0})
+    flat = release_plan(tr, "flat")
+    assert (flat.non_causal, flat.predecessors["b"]) == (True, ())
+    arrival = release_plan(tr, ReleaseRule.ARRIVAL)
+    assert (arrival.non_causal, arrival.release_at_s) == (True, {"a": 1.5, "b": 4.0})
+    with pytest.raises(TraceValidationError, match="'a' has no submitted_s"):
+        release_plan(fork_join().model_copy(update={"ops": [make_op("a")]}), "arrival")
+    with pytest.raises(ValueError, match="'sideways' is not a valid ReleaseRule"):
+        release_plan(tr, "sideways")
+
+
+def test_check_legal_change_catches_dropped_and_illegal_edges() -> None:
+    tr = fork_join()
+    dropped = tr.model_copy(update={"ops": [make_op("a1"), make_op("a2"), make_op("s", "a1")]})
+    with pytest.raises(IllegalReleaseError, match="drops required data edge a2 -> s"):
+        check_legal_change(tr, dropped)
+    data_added = tr.model_copy(update={"ops": [make_op("a1"), make_op("a2", "a1"), tr.ops[2]]})
+    with pytest.raises(IllegalReleaseError, match="adds data edge a1 -> a2"):
+        check_legal_change(tr, data_added)
+
+
+@st.composite
+def dags_with_barriers(draw: st.DrawFn) -> tuple[Trace, list[BarrierEdge]]:
+    n = draw(st.integers(1, 7))
+    ops = []
+    for j in range(n):
+        deps = [f"o{i}" for i in range(j) if draw(st.booleans())]
+        ops.append(
+            OpRecord(
+                op_id=f"o{j}",
+                root_id="r",
+                kind=OpKind.MODEL,
+                deps=tuple(
+                    Dep(op_id=d, kind=EdgeKind.DATA, required=draw(st.booleans())) for d in deps
+                ),
+            )
+        )
+    edges = draw(
+        st.lists(
+            st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).map(
+                lambda p: BarrierEdge(f"o{p[0]}", f"o{p[1]}")
+            ),
+            max_size=5,
+        )
+    )
+    return make_trace(*ops), edges
+
+
+@settings(max_examples=300, deadline=None)
+@given(dags_with_barriers())
+def test_barrier_is_legal_or_really_cyclic(case: tuple[Trace, list[BarrierEdge]]) -> None:
+    tr, edges = case
+    g = nx.DiGraph()
+    g.add_nodes_from(op.op_id for op in tr.ops)
+    g.add_edges_from((d.op_id, op.op_id) for op in tr.ops for d in op.deps)
+    g.add_edges_from((e.src_op, e.dst_op) for e in edges)
+    try:
+        changed = apply_barrier(tr, edges)
+    except IllegalReleaseError:
+        assert not nx.is_directed_acyclic_graph(g)
+        return
+    assert nx.is_directed_acyclic_graph(g)
+    check_legal_change(tr, changed)
+    after = {(d.op_id, op.op_id, d.kind, d.required) for op in changed.ops for d in op.deps}
+    before = {(d.op_id, op.op_id, d.kind, d.required) for op in tr.ops for d in op.deps}
+    assert before <= after  # every recorded dep kept, required ones included
+    barrier = release_predecessors(changed, ReleaseRule.BARRIER)
+    for e in edges:
+        assert e.src_op in barrier[e.dst_op]
+    assert release_predecessors(changed, ReleaseRule.DAG) == release_predecessors(tr, "dag")
