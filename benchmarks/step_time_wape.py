@@ -1,0 +1,113 @@
+"""Fidelity of the roofline step-time model against measured kernel profiles (WAPE).
+
+Usage:
+    python benchmarks/step_time_wape.py [PROFILE_DIR ...] [--write]
+
+Reads every Vidur / LLMServingSim profile under the given directories (default
+`../shared/data/profiles`), and prints WAPE = sum|pred - meas| / sum(meas) per device and
+operator group for:
+
+- in-sample: each device fitted on all of its rows and scored on them — NOT a fidelity figure;
+- leave-one-model-out (LOMO): each device fitted without one model, scored on that model;
+- leave-one-device-out (LODO): shared factors fitted on the other devices, scored on the
+  held-out device (only groups the other devices measured);
+- unfitted: hand-set `DeviceEfficiency()` defaults, the baseline a fit must beat.
+
+The headline per device is the held-out (LOMO) WAPE over all its operator rows, against the 8%
+goal. `--write` refits on ALL rows and writes the package's shipped device efficiencies
+(`maserve_prefect/engine/catalog/data/device_efficiency.json`); the held-out figures above come
+from refits that exclude the scored rows and are unaffected by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from maserve_prefect.engine.catalog.devices import shipped_fit_path
+from maserve_prefect.engine.catalog.gpus import GpuSpec, builtin_gpu
+from maserve_prefect.engine.sim.calibrate import (
+    WapeTable,
+    fit_all,
+    in_sample,
+    leave_one_device_out,
+    leave_one_model_out,
+    unfitted,
+)
+from maserve_prefect.engine.sim.profiles import GROUPS, load_profiles
+from maserve_prefect.errors import ConfigError
+
+GOAL = 0.08
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "profiles"
+
+
+def _gpu(name: str) -> GpuSpec:
+    gpu = builtin_gpu(name)
+    if gpu is None:
+        raise ConfigError(f"profiles name device {name!r}, which has no datasheet entry")
+    return gpu
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="*", type=Path, default=[DEFAULT_DIR])
+    parser.add_argument("--write", action="store_true", help="write the shipped device fit")
+    args = parser.parse_args()
+    coll = load_profiles(*args.dirs)
+    sets = coll.sets
+    console = Console(width=150)
+    runs: list[tuple[str, WapeTable]] = [
+        ("in-sample, not a fidelity figure", in_sample(sets, _gpu)),
+        ("held-out model (LOMO)", leave_one_model_out(sets, _gpu)),
+        ("held-out device (LODO)", leave_one_device_out(sets, _gpu)),
+        ("unfitted defaults", unfitted(sets, _gpu)),
+    ]
+    table = Table(title="Step-time model WAPE vs measured kernel profiles")
+    table.add_column("device")
+    table.add_column("scoring")
+    for group in (*GROUPS, "all"):
+        table.add_column(group, justify="right")
+    for device in coll.devices():
+        for label, wapes in runs:
+            cells = [_fmt(wapes.wape(device, g)) for g in (*GROUPS, "all")]
+            table.add_row(device, label, *cells)
+        table.add_section()
+    console.print(table)
+    console.print(f"models per device: { {d: coll.models(d) for d in coll.devices()} }")
+    if coll.skipped:
+        console.print(f"not modelled (skipped): {coll.skipped}")
+    lomo, lodo = runs[1][1], runs[2][1]
+    for device in coll.devices():
+        held = lomo.wape(device)
+        status = "n/a (one model)" if held is None else ("meets" if held <= GOAL else "MISSES")
+        console.print(
+            f"[bold]{device}[/]: held-out-model WAPE {_fmt(held)} ({status} goal {GOAL:.0%}); "
+            f"held-out-device WAPE {_fmt(lodo.wape(device))}; "
+            f"linear layers held-out-model {_fmt(lomo.wape(device, 'linear'))}"
+        )
+    if args.write:
+        pooled, per_device = fit_all(sets, _gpu)
+        doc = {
+            "fitted_on": sorted(
+                {Path(s.source).parent.as_posix().split("profiles/")[-1] for s in sets}
+            ),
+            "written_by": "benchmarks/step_time_wape.py --write",
+            "default": pooled.to_dict(),
+            "devices": {d: e.to_dict() for d, e in per_device.items()},
+        }
+        path = shipped_fit_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Per-device efficiency factors: the few fitted numbers between datasheet peaks and real kernels.
+
+One idea: the roofline model divides bytes by `bandwidth * eff` and FLOPs by `flops * eff`, and
+adds per-operator launch costs; these factors are the *only* device-specific parameters, so a
+device fitted on some models transfers to models it never ran (scored leave-one-model-out in
+`benchmarks/step_time_wape.py`).
+
+`DEFAULT_EFFICIENCY` is what a device without a fit gets. Its linear / elementwise factors are
+the pooled fit over every device in `../shared/data/profiles` (refitted by
+`benchmarks/step_time_wape.py --write`); attention and sampler factors come from the only device
+with attention measurements (RTX PRO 6000), so for other devices they are an assumption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from maserve_prefect.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceEfficiency:
+    """Fraction-of-peak factors and fixed costs for one device (times in seconds).
+
+    Examples:
+        >>> DeviceEfficiency().linear_mem
+        0.8
+    """
+
+    # Linear layers (QKV, O, gate/up, down, lm_head): sqrt(T_mem^2 + T_comp^2) + launch.
+    linear_mem: float = 0.8
+    linear_comp: float = 0.7
+    linear_op_s: float = 4e-6
+    # Elementwise ops, one bandwidth factor per kernel kind (implementations differ a lot:
+    # an unfused fp32 RMSNorm reaches a third of what a fused residual add does).
+    elem_norm_mem: float = 0.5
+    elem_add_mem: float = 0.5
+    elem_act_mem: float = 0.5
+    elem_rope_mem: float = 0.5
+    elem_embed_mem: float = 0.5
+    elem_op_s: float = 3e-6
+    # Attention: one kernel call per layer, decode reads KV bytes, prefill computes FLOPs.
+    attn_call_s: float = 8e-6
+    attn_decode_mem: float = 0.8
+    attn_decode_req_s: float = 2e-7
+    # Decode requests sharing the kernel with a prefill chunk lose split-KV parallelism.
+    attn_mixed_decode_mem: float = 0.3
+    attn_prefill_comp: float = 0.5
+    attn_prefill_mem: float = 0.1
+    attn_prefill_req_s: float = 1e-6
+    # Sampler: per-step launch plus fp32 logits traffic per sequence.
+    sampler_mem: float = 0.05
+    sampler_s: float = 2e-5
+    # Host-side scheduling / input preparation per engine step (not in kernel profiles; vLLM v1
+    # with async output processing measures a few hundred microseconds on small batches).
+    step_s: float = 3e-4
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    def updated(self, values: dict[str, float]) -> DeviceEfficiency:
+        return replace(self, **values)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> DeviceEfficiency:
+        """Build from a mapping; unknown keys or non-positive values raise `ConfigError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown efficiency keys {unknown}; expected a subset of {sorted(known)}"
+            )
+        values: dict[str, float] = {}
+        for key, raw in data.items():
+            try:
+                value = float(raw)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}: efficiency {key}={raw!r} is not a number") from exc
+            if not value > 0:
+                raise ConfigError(f"{where}: efficiency {key}={value} must be > 0")
+            values[key] = value
+        return cls(**values)
+
+
+DEFAULT_EFFICIENCY = DeviceEfficiency()

@@ -1,0 +1,107 @@
+"""Fast-forward of pure-decode runs: `k` decode steps at once, with the result of stepping.
+
+When every running request decodes one token per step, the step time is affine in the total
+context (`DecodeAffine`), so `k` steps cost `k*base + a*(k*ctx0 + n*k*(k-1)/2)` in closed form.
+A run may stand for `k` steps only if nothing that stepping would see happens inside it: every
+running request was scheduled, none preempted, the waiting queue is empty or blocked on KV /
+seats / budget (which a decode run only tightens), no request finishes before the last step, no
+kernel event is due before the last step starts, and the free blocks cover every block crossing.
+The crossings are then allocated in the exact order stepping would use (step, then running
+order), so KV state and eviction order match step-by-step stepping exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from maserve_prefect.engine.sim.cost import DecodeAffine, StepCost
+from maserve_prefect.engine.sim.scheduler import AdmitStop, Scheduler, SchedulerOutput
+from maserve_prefect.errors import SimulationError
+
+_OK_STOPS = (AdmitStop.EMPTY, AdmitStop.KV, AdmitStop.MAX_SEQS, AdmitStop.BUDGET)
+
+
+def decode_run_length(
+    scheduler: Scheduler, out: SchedulerOutput, aff: DecodeAffine, now: float, t_next: float
+) -> int:
+    """How many steps (>= 1) starting with `out` can be taken at once; 1 means step normally."""
+    running = scheduler.running
+    if out.preempted or out.admit_stop not in _OK_STOPS or len(out.scheduled) != len(running):
+        return 1
+    for req in running:
+        if req.num_computed_tokens != req.num_tokens - 1 or req.num_output_tokens < 1:
+            return 1
+    k = min(r.num_remaining_outputs for r in running)
+    if k <= 1:
+        return 1
+    ctx0 = sum(r.num_computed_tokens for r in running)
+    k = min(k, steps_before(t_next, now, aff, ctx0, len(running), k))
+    return blocks_allow(scheduler, k) if k > 1 else 1
+
+
+def steps_before(
+    t_next: float, now: float, aff: DecodeAffine, ctx0: int, n: int, k_max: int
+) -> int:
+    """How many of decode steps 0..k_max-1 start strictly before `t_next` (bisection on the
+    closed-form start time `now + j*base + a*(j*ctx0 + n*j*(j-1)/2)`)."""
+    if t_next <= now:
+        return 1
+    if math.isinf(t_next):
+        return k_max
+
+    def start(j: int) -> float:
+        ctx = j * ctx0 + n * j * (j - 1) // 2
+        return now + aff.base_s * j + aff.attention_per_context_token_s * ctx
+
+    lo, hi = 1, k_max  # start(0) = now < t_next
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if start(mid - 1) < t_next else (lo, mid - 1)
+    return lo
+
+
+def blocks_allow(scheduler: Scheduler, k_max: int) -> int:
+    """Largest k <= k_max whose block crossings fit the free blocks (step 0 is allocated)."""
+    kv = scheduler.kv
+    bs = kv.block_size
+    computed = np.array([r.num_computed_tokens for r in scheduler.running], dtype=np.int64)
+    held = np.array([len(kv.blocks_of(r)) for r in scheduler.running], dtype=np.int64)
+    free = kv.num_free_blocks
+
+    def fits(k: int) -> bool:
+        need = -(-(computed + k) // bs) - held
+        return int(np.maximum(need, 0).sum()) <= free
+
+    lo, hi = 1, k_max
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def allocate_run(scheduler: Scheduler, k: int) -> None:
+    """Allocate (and hash) steps 1..k-1's slots in stepping order: by step, then running order."""
+    kv = scheduler.kv
+    bs = kv.block_size
+    running = scheduler.running
+    events: list[tuple[int, int]] = []
+    for idx, req in enumerate(running):
+        c = req.num_computed_tokens
+        # step j writes token c+j: it needs a new block when c+j is a multiple of bs, and the
+        # block fills (gets hashed) when c+j+1 is; other steps change nothing in the KV cache.
+        for first in sorted({(-c) % bs, (-c - 1) % bs}):
+            events.extend((j, idx) for j in range(first or bs, k, bs))
+    events.sort()
+    for j, idx in events:
+        req = running[idx]
+        if kv.ensure_slots(req, req.num_computed_tokens + j + 1) is None:
+            raise SimulationError("fast-forward ran out of KV blocks (blocks_allow was wrong)")
+
+
+def run_cost(aff: DecodeAffine, ctx0: int, k: int) -> StepCost:
+    """Summed cost of k decode steps of `aff.num_seqs` sequences starting at context `ctx0`."""
+    ctx_sum = k * ctx0 + aff.num_seqs * k * (k - 1) // 2
+    attention_s = aff.attention_per_context_token_s * ctx_sum
+    return StepCost(aff.linear_s * k, attention_s, aff.lm_head_s * k, aff.overhead_s * k)

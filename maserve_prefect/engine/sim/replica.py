@@ -1,0 +1,420 @@
+"""`SimReplica`: one simulated vLLM-v1 deployment — the `Replica` protocol over a step loop.
+
+The engine loop runs a step whenever there is work: `Scheduler.schedule()` at the step start,
+duration from the `StepCostModel`, `update_from_output` at the step end, where first tokens and
+outcomes are delivered at the end time. Same-instant ordering on the virtual clock: arrivals are
+URGENT, step ends NORMAL and step starts LATE, so everything that happens at an instant (arrivals,
+callbacks that submit follow-up calls) is in the queue before the next step is scheduled.
+
+Fast-forward (the speed idea): when a step is pure decode for every running request, nothing
+waiting could be admitted before a completion (the queue is empty, or blocked on KV, seats or
+budget, which a decode run only tightens), and enough free blocks exist for every block crossing,
+the next `k` steps are done at once: `k` stops at the first completion, the first kernel event
+(`clock.peek()`), or the last step the free blocks cover. Step times come from
+`decode_affine` in closed form; block allocations replay in the exact per-step order, so the KV
+state (and eviction order) matches step-by-step stepping. One aggregated `StepRecord` with
+`num_steps=k` stands for the run. Needs a clock with `peek()` (the kernel); under a `WallClock`
+every step is taken one by one. The conditions and the exact replay live in `fast_forward.py`.
+
+Event log (optional list): `(t_s, event, request_id, detail)` with events `arrive`, `schedule`
+(detail = prefix-hit tokens), `preempt` (detail = preemptions so far), `first_token` and `finish`
+(detail = output tokens).
+
+Examples:
+    >>> from maserve_prefect.engine.sim.kernel import Kernel
+    >>> from maserve_prefect.engine.protocol import Request
+    >>> from maserve_prefect.engine.sim.cost import DecodeAffine, StepCost
+    >>> class Flat:  # 1 ms per step, whatever it computes
+    ...     def step_cost(self, chunks): return StepCost(0.001, 0.0, 0.0, 0.0)
+    ...     def decode_affine(self, n): return DecodeAffine(n, 0.001, 0.0, 0.0, 0.0)
+    >>> k = Kernel()
+    >>> rep = SimReplica(k, Flat(), num_gpu_blocks=64, name="r0")
+    >>> t = rep.submit(Request("a", "", num_prompt_tokens=32, max_tokens=4))
+    >>> k.run()
+    >>> t.outcome.num_output_tokens, round(t.outcome.finish_s, 6)
+    (4, 0.004)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+from maserve_prefect.clock import LATE, NORMAL, URGENT, Clock
+from maserve_prefect.engine.protocol import (
+    Acceptance,
+    Capabilities,
+    Control,
+    EngineState,
+    ExecutionMode,
+    Force,
+    Intent,
+    Outcome,
+    OutcomeStatus,
+    Priority,
+    Request,
+    Ticket,
+)
+from maserve_prefect.engine.sim.cost import (
+    ScheduledChunk,
+    StepCost,
+    StepCostModel,
+)
+from maserve_prefect.engine.sim.fast_forward import allocate_run, decode_run_length, run_cost
+from maserve_prefect.engine.sim.kv_cache import KVCacheManager, cdiv
+from maserve_prefect.engine.sim.records import (
+    SERIES,
+    ScheduledTokens,
+    StepKind,
+    StepRecord,
+    Timeline,
+    step_kind,
+)
+from maserve_prefect.engine.sim.request import SimRequest
+from maserve_prefect.engine.sim.scheduler import (
+    Policy,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerOutput,
+    StepUpdate,
+)
+from maserve_prefect.errors import SimulationError
+
+LogEntry = tuple[float, str, str, int]
+
+__all__ = ["SERIES", "LogEntry", "SimReplica"]
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class SimReplica:
+    """A simulated vLLM-v1 replica (one deployment, one KV cache).
+
+    Args:
+        clock: the kernel (virtual time, deterministic) or a `WallClock` (paced real time).
+        cost_model: step-time model (`engine/sim/cost.py` seam).
+        num_gpu_blocks: KV capacity in blocks of `config.block_size` tokens.
+        config: scheduler settings (vLLM defaults).
+        name: replica name used in records.
+        deployment: the deployment it serves; "" accepts any.
+        modes: execution modes it can run in.
+        log: optional list that receives the event log.
+        check_invariants: run the full invariant check after every step (tests).
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        cost_model: StepCostModel,
+        num_gpu_blocks: int,
+        config: SchedulerConfig | None = None,
+        name: str = "replica-0",
+        deployment: str = "",
+        modes: tuple[str, ...] = ("default",),
+        log: list[LogEntry] | None = None,
+        check_invariants: bool = False,
+    ) -> None:
+        self.clock = clock
+        self.cost_model = cost_model
+        self.config = config if config is not None else SchedulerConfig()
+        self.name = name
+        self.deployment = deployment
+        self.modes = modes
+        self.log = log
+        self.debug_checks = check_invariants
+        self.kv = KVCacheManager(
+            num_gpu_blocks, self.config.block_size, self.config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(self.config, self.kv)
+        self.records: list[StepRecord] = []
+        self.timeline = Timeline(name)
+        self.intents: list[Intent] = []
+        self.num_steps = 0
+        self.num_finished = 0
+        self._seq = itertools.count()
+        self._by_id: dict[str, SimRequest] = {}  # accepted and not finished
+        self._busy = False
+        self._start_pending = False
+        self._paused = False
+        self._accepting = True
+        self._idle_cbs: list[Callable[[], None]] = []
+        self._peek: Callable[[], float] | None = getattr(clock, "peek", None)
+
+    # -- Replica protocol ------------------------------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        prio = self.config.policy is Policy.PRIORITY
+        return Capabilities(
+            control_types=(ExecutionMode, Priority) if prio else (ExecutionMode,),
+            accepts_token_ids=True,
+            length_lock=True,
+            priority_scheduling=prio,
+            prefix_caching=self.config.enable_prefix_caching,
+            kv_events=False,
+            sleep_levels=(),
+            modes=self.modes,
+        )
+
+    def submit(self, request: Request, controls: Sequence[Control] = ()) -> Ticket:
+        """Answer at once: ACCEPTED (arrival processed at the current instant), REJECTED or
+        UNSUPPORTED; see `Ticket` for the first token and outcome."""
+        rid = request.request_id
+        reason = self._rejection(request)
+        if reason:
+            return Ticket(rid, Acceptance.REJECTED, reason)
+        try:
+            priority, mode, notes = self._resolve_controls(request, controls)
+        except _Unsupported as exc:
+            return Ticket(rid, Acceptance.UNSUPPORTED, str(exc))
+        ticket = Ticket(rid, Acceptance.ACCEPTED, notes=notes)
+        sreq = SimRequest(
+            request,
+            seq=next(self._seq),
+            arrival_s=self.clock.now(),
+            priority=priority,
+            block_size=self.config.block_size,
+            ticket=ticket,
+            realized_mode=mode,
+            notes=notes,
+        )
+        self._by_id[rid] = sreq
+        self.clock.call_at(sreq.arrival_s, lambda: self._arrive(sreq), URGENT, f"arrive {rid}")
+        return ticket
+
+    def inform(self, intent: Intent) -> None:
+        """Record an intent; it never changes what the replica does."""
+        self.intents.append(intent)
+
+    def state(self) -> EngineState:
+        lifecycle = "paused" if self._paused else ("running" if self._accepting else "draining")
+        return EngineState(
+            name=self.name,
+            deployment=self.deployment,
+            lifecycle=lifecycle,
+            num_running=len(self.scheduler.running),
+            num_waiting=self.scheduler.num_waiting,
+            kv_usage=self.kv.usage,
+            num_free_blocks=self.kv.num_free_blocks,
+            num_total_blocks=self.kv.num_blocks,
+            block_size=self.kv.block_size,
+            counters=dict(zip(SERIES, self._sample_values(), strict=True))
+            | {"num_steps": float(self.num_steps), "num_finished": float(self.num_finished)},
+        )
+
+    # -- lifecycle hooks for a Pool --------------------------------------------------------
+
+    def pause(self) -> None:
+        """Start no new step (a step in flight still finishes)."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self._kick()
+
+    def set_accepting(self, accepting: bool) -> None:
+        """Drain (False): new submissions are REJECTED while queued work runs to completion."""
+        self._accepting = accepting
+
+    @property
+    def is_idle(self) -> bool:
+        """No step in flight or pending and no accepted request unfinished."""
+        return not self._busy and not self._start_pending and not self._by_id
+
+    def on_idle(self, cb: Callable[[], None]) -> None:
+        """Call `cb()` once the replica has no work (at once if it has none now)."""
+        if self.is_idle:
+            cb()
+        else:
+            self._idle_cbs.append(cb)
+
+    # -- admission checks ------------------------------------------------------------------
+
+    def _rejection(self, request: Request) -> str:
+        rid = request.request_id
+        if not self._accepting:
+            return f"replica {self.name} is draining"
+        if self.deployment and request.deployment != self.deployment:
+            return f"replica {self.name} serves {self.deployment!r}, not {request.deployment!r}"
+        if rid in self._by_id:
+            return f"request id {rid!r} is already in flight on {self.name}"
+        total = request.num_prompt() + request.max_tokens
+        if total > self.config.max_model_len:
+            return (
+                f"prompt + max_tokens = {total} exceeds max_model_len "
+                f"{self.config.max_model_len}; shorten the prompt or lower max_tokens"
+            )
+        need = cdiv(total - 1, self.config.block_size)
+        if need > self.kv.num_blocks:
+            return (
+                f"needs {need} KV blocks but {self.name} has {self.kv.num_blocks}; "
+                "it could never run here"
+            )
+        return ""
+
+    def _resolve_controls(
+        self, request: Request, controls: Sequence[Control]
+    ) -> tuple[int, str, tuple[str, ...]]:
+        priority, mode, notes = request.priority, self.modes[0], []
+        for c in controls:
+            if isinstance(c, Priority) and self.config.policy is Policy.PRIORITY:
+                priority = c.value
+            elif isinstance(c, ExecutionMode) and c.mode in self.modes:
+                mode = c.mode
+            elif isinstance(c, ExecutionMode) and any(m in self.modes for m in c.fallback):
+                mode = next(m for m in c.fallback if m in self.modes)
+                notes.append(f"mode {c.mode!r} unsupported; fell back to {mode!r}")
+            elif c.force is Force.REQUIREMENT:
+                raise _Unsupported(f"{self.name} cannot honour required {c!r}")
+            else:
+                notes.append(f"preference {c!r} not supported; ignored")
+        return priority, mode, tuple(notes)
+
+    # -- the engine loop -------------------------------------------------------------------
+
+    def _arrive(self, sreq: SimRequest) -> None:
+        self._log(self.clock.now(), "arrive", sreq.request_id, 0)
+        self.scheduler.add_request(sreq)
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._busy or self._paused or self._start_pending or not self.scheduler.has_work():
+            return
+        self._start_pending = True
+        self.clock.call_at(self.clock.now(), self._start_step, LATE, f"{self.name} step")
+
+    def _start_step(self) -> None:
+        self._start_pending = False
+        if self._busy or self._paused or not self.scheduler.has_work():
+            return
+        now = self.clock.now()
+        out = self.scheduler.schedule()
+        for rid in out.preempted:
+            self._log(now, "preempt", rid, self._req(rid).num_preemptions)
+        for rid in out.admitted:
+            sreq = self._req(rid)
+            if sreq.first_scheduled_s is None:
+                sreq.first_scheduled_s = now
+            self._log(now, "schedule", rid, sreq.num_computed_tokens)
+        if not out.scheduled:
+            if not out.preempted:
+                raise SimulationError(
+                    f"{self.name}: nothing schedulable with {len(self.scheduler.running)} "
+                    f"running and {self.scheduler.num_waiting} waiting; scheduler is stuck"
+                )
+            self._kick()
+            return
+        num_steps, end_s, cost = self._plan_run(out, now)
+        self._busy = True
+        self.clock.call_at(
+            end_s, lambda: self._end_step(out, now, end_s, num_steps, cost), NORMAL, self.name
+        )
+
+    def _plan_run(self, out: SchedulerOutput, now: float) -> tuple[int, float, StepCost]:
+        """One step, or a fast-forwarded run of `k` decode steps (allocating its blocks)."""
+        k = 1
+        if self.config.fast_forward and self._peek is not None:
+            aff = self.cost_model.decode_affine(len(out.scheduled))
+            k = decode_run_length(self.scheduler, out, aff, now, self._peek())
+        if k == 1:
+            chunks = [
+                ScheduledChunk(it.num_new_tokens, it.num_computed_before) for it in out.scheduled
+            ]
+            cost = self.cost_model.step_cost(chunks)
+            return 1, now + cost.total_s, cost
+        allocate_run(self.scheduler, k)
+        cost = run_cost(aff, sum(it.num_computed_before for it in out.scheduled), k)
+        return k, now + aff.base_s * k + cost.attention_s, cost
+
+    def _end_step(
+        self, out: SchedulerOutput, start_s: float, end_s: float, num_steps: int, cost: StepCost
+    ) -> None:
+        num_tokens_of = {it.request_id: self._req_by_seq(it.seq).num_tokens for it in out.scheduled}
+        upd = self.scheduler.update_from_output(out)
+        if num_steps > 1:
+            finished_first = self.scheduler.advance_decode(num_steps - 1)
+            upd = StepUpdate(upd.first_token + finished_first.first_token, finished_first.finished)
+        self._busy = False
+        self.num_steps += num_steps
+        scheduled = tuple(
+            ScheduledTokens(it.request_id, it.num_computed_before, it.num_new_tokens * num_steps)
+            for it in out.scheduled
+        )
+        kind = StepKind.DECODE if num_steps > 1 else step_kind(scheduled, num_tokens_of)
+        self.records.append(
+            StepRecord(
+                self.name,
+                len(self.records),
+                start_s,
+                end_s,
+                num_steps,
+                kind,
+                scheduled,
+                out.num_scheduled_tokens,
+                cost.linear_s,
+                cost.attention_s,
+                cost.lm_head_s,
+                cost.overhead_s,
+                tuple(out.preempted),
+            )
+        )
+        self.timeline.sample(end_s, self._sample_values())
+        if self.debug_checks:
+            self.scheduler.check_invariants()
+        assert self.kv.num_free_blocks >= 0
+        for req in upd.first_token:
+            req.first_token_s = end_s
+            self._log(end_s, "first_token", req.request_id, req.num_output_tokens)
+            req.ticket.resolve_first_token(end_s)
+        for req in upd.finished:
+            self._finish(req, end_s)
+        self._kick()
+        if self.is_idle:
+            cbs, self._idle_cbs = self._idle_cbs, []
+            for cb in cbs:
+                cb()
+
+    def _finish(self, req: SimRequest, end_s: float) -> None:
+        req.finish_s = end_s
+        self.num_finished += 1
+        del self._by_id[req.request_id]
+        self._log(end_s, "finish", req.request_id, req.num_output_tokens)
+        req.ticket.resolve(
+            Outcome(
+                request_id=req.request_id,
+                status=OutcomeStatus.COMPLETED,
+                num_prompt_tokens=req.num_prompt_tokens,
+                num_output_tokens=req.num_output_tokens,
+                num_cached_tokens=max(req.num_cached_tokens, 0),
+                num_preemptions=req.num_preemptions,
+                realized_mode=req.realized_mode,
+                arrival_s=req.arrival_s,
+                first_scheduled_s=req.first_scheduled_s,
+                first_token_s=req.first_token_s,
+                finish_s=end_s,
+                notes=req.notes,
+            )
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _sample_values(self) -> tuple[float, ...]:
+        return (
+            self.kv.usage,
+            float(len(self.scheduler.running)),
+            float(self.scheduler.num_waiting),
+            float(self.scheduler.num_preemptions_total),
+            float(self.kv.num_queried_tokens),
+            float(self.kv.num_hit_tokens),
+        )
+
+    def _req(self, rid: str) -> SimRequest:
+        return self._by_id[rid]
+
+    def _req_by_seq(self, seq: int) -> SimRequest:
+        return self.scheduler.by_seq[seq]
+
+    def _log(self, t: float, event: str, rid: str, detail: int) -> None:
+        if self.log is not None:
+            self.log.append((t, event, rid, detail))

@@ -1,0 +1,127 @@
+"""Per-operator roofline formulas shared by the step-time model and its calibration.
+
+One idea: every operator's time is a launch cost plus a roofline over two resources, combined as
+`sqrt(T_mem^2 + T_comp^2)` — a smooth max that is memory-bound for few tokens, compute-bound
+for many, and slower than either near the ridge point, as measured GEMMs are. Each function
+takes numpy arrays or floats, so the fit evaluates thousands of profile rows in one call and the
+simulator evaluates one step with the same code.
+
+Operators and what they move (d = dtype bytes, h = hidden, I = intermediate, H/KV = heads,
+hd = head_dim, all per tensor-parallel rank):
+
+- linear (QKV, O, gate/up, down, lm_head): weights `in*out*d` + activations `M*(in+out)*d`
+  bytes, `2*in*out*M` FLOPs over M tokens (lm_head: M = scheduled sequences);
+- elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below;
+- decode attention: reads `ctx * kv_bytes_per_token_per_layer` per request;
+- prefill attention: exact causal FLOPs `4*H*hd*(new*prior + new*(new+1)/2)` and reads the
+  KV of `prior + new` tokens;
+- sampler: fp32 logits `vocab*4` bytes per sequence.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from maserve_prefect.engine.catalog.efficiency import DeviceEfficiency
+from maserve_prefect.engine.catalog.gpus import GpuSpec
+from maserve_prefect.engine.catalog.models import ModelSpec
+from maserve_prefect.errors import ConfigError
+
+Num = TypeVar("Num", float, npt.NDArray[np.float64])
+
+LINEAR_OPS = ("qkv", "o", "gate_up", "down")
+ELEMENTWISE_OPS = ("norm", "add_norm", "add", "act", "rope", "qk_norm", "embedding")
+# vLLM's per-layer elementwise kernels: residual add fused into RMSNorm twice, rotary, SiLU-mul.
+VLLM_LAYER_ELEMENTWISE = ("add_norm", "add_norm", "rope", "act")
+
+
+def elementwise_bytes_per_token(model: ModelSpec, op: str, tp: int = 1) -> float:
+    """Bytes one token moves through elementwise operator `op` on one rank."""
+    d = model.dtype_bytes
+    h = model.hidden_size
+    qk = (model.num_attention_heads + model.num_kv_heads) * model.head_dim / tp
+    if op in ("norm", "embedding"):
+        return 2 * h * d
+    if op == "add_norm":
+        return 4 * h * d
+    if op == "add":
+        return 3 * h * d
+    if op == "act":
+        return (3 if model.gated_mlp else 2) * model.intermediate_size / tp * d
+    if op in ("rope", "qk_norm"):
+        return 2 * qk * d
+    raise ConfigError(f"unknown elementwise operator {op!r}; expected one of {ELEMENTWISE_OPS}")
+
+
+def linear_time(
+    in_dim: float, out_dim: float, tokens: Num, d: int, gpu: GpuSpec, eff: DeviceEfficiency
+) -> Num:
+    """One GEMM of `tokens x in_dim` by `in_dim x out_dim` (seconds)."""
+    t_mem = (
+        (in_dim * out_dim + tokens * (in_dim + out_dim)) * d / (gpu.mem_bw_bytes_s * eff.linear_mem)
+    )
+    t_comp = 2.0 * in_dim * out_dim * tokens / (gpu.peak_flops * eff.linear_comp)
+    return eff.linear_op_s + np.sqrt(t_mem * t_mem + t_comp * t_comp)
+
+
+ELEMENTWISE_EFF_FIELD = {
+    "norm": "elem_norm_mem",
+    "add_norm": "elem_norm_mem",
+    "qk_norm": "elem_norm_mem",
+    "add": "elem_add_mem",
+    "act": "elem_act_mem",
+    "rope": "elem_rope_mem",
+    "embedding": "elem_embed_mem",
+}
+
+
+def elementwise_time(
+    op: str, bytes_per_token: float, tokens: Num, gpu: GpuSpec, eff: DeviceEfficiency
+) -> Num:
+    """One bandwidth-bound elementwise kernel of kind `op` over `tokens` tokens (seconds)."""
+    eff_mem: float = getattr(eff, ELEMENTWISE_EFF_FIELD[op])
+    return eff.elem_op_s + tokens * bytes_per_token / (gpu.mem_bw_bytes_s * eff_mem)
+
+
+def decode_attention_per_token_s(
+    kv_bytes_per_token: float, gpu: GpuSpec, eff: DeviceEfficiency, mixed: bool = False
+) -> float:
+    """Seconds per context token one decode request reads, in one layer.
+
+    `mixed`: the step also computes a prefill chunk, so decodes run in the prefill kernel's
+    launch shape (no split-KV) at `attn_mixed_decode_mem` instead of `attn_decode_mem`."""
+    eff_mem = eff.attn_mixed_decode_mem if mixed else eff.attn_decode_mem
+    return kv_bytes_per_token / (gpu.mem_bw_bytes_s * eff_mem)
+
+
+def prefill_attention_time(
+    new: Num, prior: Num, model: ModelSpec, tp: int, gpu: GpuSpec, eff: DeviceEfficiency
+) -> Num:
+    """One layer's attention for one request computing `new` tokens over `prior` cached ones."""
+    heads = model.num_attention_heads / tp
+    flops = 4.0 * heads * model.head_dim * (new * prior + new * (new + 1) / 2.0)
+    kv_bytes = (prior + new) * model.kv_bytes_per_token_per_layer(tp)
+    t_comp = flops / (gpu.peak_flops * eff.attn_prefill_comp)
+    t_mem = kv_bytes / (gpu.mem_bw_bytes_s * eff.attn_prefill_mem)
+    return eff.attn_prefill_req_s + np.sqrt(t_comp * t_comp + t_mem * t_mem)
+
+
+def sampler_time(num_seqs: Num, model: ModelSpec, gpu: GpuSpec, eff: DeviceEfficiency) -> Num:
+    """Sampling over fp32 logits of `num_seqs` sequences (seconds)."""
+    return eff.sampler_s + num_seqs * model.vocab_size * 4.0 / (
+        gpu.mem_bw_bytes_s * eff.sampler_mem
+    )
+
+
+def allreduce_time(tokens: Num, model: ModelSpec, tp: int, gpu: GpuSpec) -> Num:
+    """One ring all-reduce of the `tokens x hidden` activations across `tp` ranks (seconds).
+
+    Not in any kernel profile we fit; the 10 us latency is NCCL's usual small-message figure.
+    """
+    if tp <= 1:
+        return tokens * 0.0
+    size = tokens * model.hidden_size * model.dtype_bytes
+    return 1e-5 + 2.0 * (tp - 1) / tp * size / gpu.interconnect_bytes_s

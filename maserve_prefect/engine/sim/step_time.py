@@ -1,0 +1,179 @@
+"""The roofline step-time model: what one vLLM-v1 engine step costs, by operator group.
+
+One idea: a step's cost is a sum of per-operator rooflines (`engine/sim/roofline.py`) over the
+step's batch — M batched new tokens for linear and elementwise layers, S scheduled sequences for
+lm_head and the sampler, each request's own shape for attention — times the layer count, plus
+fixed per-step, per-layer and per-request overheads. Only the efficiency factors are
+device-specific, and they come from a fit to measured kernel profiles (`calibrate.py`).
+
+Where the seam's four fields get which cost:
+
+- `linear_s`: QKV, O, gate/up, down GEMMs per layer (+ TP all-reduces when tp > 1);
+- `attention_s`: decode KV reads (context tokens only) and prefill attention per request;
+- `lm_head_s`: the vocab GEMM over S sequences plus the sampler;
+- `overhead_s`: host step overhead, embedding, final norm, the per-layer elementwise kernels,
+  the per-layer attention kernel launch and the per-decode-request attention cost.
+
+That split makes an all-decode step exactly `base(S) + per_token * total_context`, which is what
+`decode_affine` returns (the simulator fast-forwards decode runs with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from maserve_prefect.engine.catalog.devices import get_device
+from maserve_prefect.engine.catalog.efficiency import DeviceEfficiency
+from maserve_prefect.engine.catalog.gpus import GpuSpec
+from maserve_prefect.engine.catalog.models import ModelSpec, get_model
+from maserve_prefect.engine.sim.cost import DecodeAffine, ScheduledChunk, StepCost
+from maserve_prefect.engine.sim.roofline import (
+    VLLM_LAYER_ELEMENTWISE,
+    allreduce_time,
+    decode_attention_per_token_s,
+    elementwise_bytes_per_token,
+    elementwise_time,
+    linear_time,
+    prefill_attention_time,
+    sampler_time,
+)
+from maserve_prefect.errors import ConfigError
+
+
+class RooflineStepModel:
+    """A `StepCostModel` for one model on one device at one tensor-parallel degree.
+
+    Examples:
+        >>> from maserve_prefect.engine.sim.cost import ScheduledChunk
+        >>> m = make_step_model("Qwen3-8B", "H100")
+        >>> cost = m.step_cost([ScheduledChunk(1, 1000), ScheduledChunk(512, 0)])
+        >>> cost.total_s > m.decode_affine(1).step_s(1000)
+        True
+    """
+
+    __slots__ = (
+        "_affine_cache",
+        "_elem_layer",
+        "_elem_step",
+        "_gemms",
+        "_kv_tok_mixed_s",
+        "_kv_tok_s",
+        "_lm_head",
+        "eff",
+        "gpu",
+        "model",
+        "tp",
+    )
+
+    def __init__(
+        self, model: ModelSpec, gpu: GpuSpec, efficiency: DeviceEfficiency, tp: int = 1
+    ) -> None:
+        if tp < 1 or model.num_attention_heads % tp or model.intermediate_size % tp:
+            raise ConfigError(
+                f"tensor-parallel degree {tp} does not divide {model.name}'s "
+                f"{model.num_attention_heads} heads / {model.intermediate_size} intermediate size"
+            )
+        self.model = model
+        self.gpu = gpu
+        self.eff = efficiency
+        self.tp = tp
+        self._gemms = tuple((g.in_dim, g.out_dim) for g in model.layer_gemms(tp))
+        head = model.lm_head_gemm(tp)
+        self._lm_head = (head.in_dim, head.out_dim)
+        layer_ops = VLLM_LAYER_ELEMENTWISE + (("qk_norm",) if model.qk_norm else ())
+        self._elem_layer = tuple(
+            (op, elementwise_bytes_per_token(model, op, tp)) for op in layer_ops
+        )
+        self._elem_step = tuple(
+            (op, elementwise_bytes_per_token(model, op, tp)) for op in ("embedding", "add_norm")
+        )
+        kv_tok = model.kv_bytes_per_token_per_layer(tp)
+        self._kv_tok_s = decode_attention_per_token_s(kv_tok, gpu, efficiency)
+        self._kv_tok_mixed_s = decode_attention_per_token_s(kv_tok, gpu, efficiency, mixed=True)
+        self._affine_cache: dict[int, DecodeAffine] = {}
+
+    # --- parts ---------------------------------------------------------------------------------
+    def _linear_s(self, tokens: int) -> float:
+        d, gpu, eff = self.model.dtype_bytes, self.gpu, self.eff
+        per_layer = sum(linear_time(i, o, float(tokens), d, gpu, eff) for i, o in self._gemms)
+        per_layer += 2.0 * allreduce_time(float(tokens), self.model, self.tp, gpu)
+        return float(self.model.num_layers * per_layer)
+
+    def _lm_head_s(self, num_seqs: int) -> float:
+        i, o = self._lm_head
+        n = float(num_seqs)
+        head = linear_time(i, o, n, self.model.dtype_bytes, self.gpu, self.eff)
+        return float(head + sampler_time(n, self.model, self.gpu, self.eff))
+
+    def _overhead_s(self, tokens: int, num_decode: int) -> float:
+        gpu, eff, m = self.gpu, self.eff, float(tokens)
+        per_layer = sum(elementwise_time(op, b, m, gpu, eff) for op, b in self._elem_layer)
+        per_layer += eff.attn_call_s + num_decode * eff.attn_decode_req_s
+        per_step = sum(elementwise_time(op, b, m, gpu, eff) for op, b in self._elem_step)
+        return float(eff.step_s + per_step + self.model.num_layers * per_layer)
+
+    # --- the seam --------------------------------------------------------------------------------
+    def step_cost(self, chunks: Sequence[ScheduledChunk]) -> StepCost:
+        """Cost of one step computing `chunks` (one per scheduled request)."""
+        if not chunks:
+            return StepCost(0.0, 0.0, 0.0, 0.0)
+        tokens = 0
+        num_decode = 0
+        decode_ctx = 0
+        prefill_s = 0.0
+        for chunk in chunks:
+            new = chunk.num_new_tokens
+            if new < 1 or chunk.num_context_tokens < 0:
+                raise ConfigError(f"invalid scheduled chunk {chunk}: need new >= 1, context >= 0")
+            tokens += new
+            if new == 1:
+                num_decode += 1
+                decode_ctx += chunk.num_context_tokens
+            else:
+                prefill_s += prefill_attention_time(
+                    float(new),
+                    float(chunk.num_context_tokens),
+                    self.model,
+                    self.tp,
+                    self.gpu,
+                    self.eff,
+                )
+        kv_tok_s = self._kv_tok_mixed_s if num_decode < len(chunks) else self._kv_tok_s
+        attention_s = float(self.model.num_layers * (kv_tok_s * decode_ctx + prefill_s))
+        return StepCost(
+            linear_s=self._linear_s(tokens),
+            attention_s=attention_s,
+            lm_head_s=self._lm_head_s(len(chunks)),
+            overhead_s=self._overhead_s(tokens, num_decode),
+        )
+
+    def decode_affine(self, num_seqs: int) -> DecodeAffine:
+        """Exact coefficients of an all-decode step of `num_seqs` sequences."""
+        cached = self._affine_cache.get(num_seqs)
+        if cached is not None:
+            return cached
+        if num_seqs < 1:
+            raise ConfigError(f"decode_affine needs num_seqs >= 1, got {num_seqs}")
+        affine = DecodeAffine(
+            num_seqs=num_seqs,
+            linear_s=self._linear_s(num_seqs),
+            lm_head_s=self._lm_head_s(num_seqs),
+            overhead_s=self._overhead_s(num_seqs, num_seqs),
+            attention_per_context_token_s=self.model.num_layers * self._kv_tok_s,
+        )
+        self._affine_cache[num_seqs] = affine
+        return affine
+
+
+def make_step_model(model_name: str, gpu_name: str, tp: int = 1) -> RooflineStepModel:
+    """Build the step model for a catalogued model on a catalogued (or calibrated) device.
+
+    The device's efficiencies come from its user entry, else the shipped fit, else the shipped
+    pooled default (see `engine/catalog/devices.py`).
+
+    Examples:
+        >>> make_step_model("qwen3-0.6b", "A100-40GB").decode_affine(8).num_seqs
+        8
+    """
+    device = get_device(gpu_name)
+    return RooflineStepModel(get_model(model_name), device.gpu, device.efficiency, tp)
