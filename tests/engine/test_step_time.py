@@ -7,7 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maserve_prefect.engine.catalog import get_efficiency, get_gpu, get_model
+from maserve_prefect.engine.catalog.efficiency import DeviceEfficiency
+from maserve_prefect.engine.catalog.gpus import GpuSpec
 from maserve_prefect.engine.sim.cost import ScheduledChunk
+from maserve_prefect.engine.sim.roofline import mixed_attention_time, prefill_attention_time
 from maserve_prefect.engine.sim.step_time import RooflineStepModel, make_step_model
 from maserve_prefect.errors import ConfigError
 
@@ -71,3 +74,71 @@ def test_bad_inputs_raise() -> None:
     with pytest.raises(ConfigError):
         MODELS[0].decode_affine(0)
     assert MODELS[0].step_cost([]).total_s == 0.0
+
+
+# --- mixed prefill + decode attention: the tile/wave model, hand-computed -----------------------
+# Qwen3-0.6B: 16 query heads, 8 KV heads (GQA 2), head_dim 128, bf16 -> 512 KV bytes/token/head.
+_SMALL = get_model("Qwen3-0.6B")
+# 24 SMs; peak chosen so one padded 128-row tile costs 1 ns per KV token: 4*128*128*24 / 1e-9.
+_TOY = GpuSpec("toy", 1 << 30, 4 * 128 * 128 * 24 / 1e-9, 1e18, 1e9, 1e9, num_sms=24, l2_bytes=1)
+_TOY_EFF = DeviceEfficiency().updated(
+    {"attn_cta_s": 1e-6, "attn_tile_comp": 1.0, "attn_empty_cta_s": 2.4e-6}
+)
+
+
+def test_mixed_attention_counts_waves_of_per_query_head_tiles() -> None:
+    # 1 decode = 16 CTAs = 1 wave of 24; 2 or 3 decodes = 32 / 48 CTAs = 2 waves; 4 = 3 waves.
+    # Each CTA: 1 us + 1000 ctx * 1 ns = 2 us. Prefill roofline passed in: 5 us. No empty CTAs.
+    def t(n: int) -> float:
+        return float(mixed_attention_time(n, 1000.0 * n, 5e-6, 0.0, _SMALL, 1, _TOY, _TOY_EFF))
+
+    assert t(1) == pytest.approx(5e-6 + 1 * 2e-6)
+    assert t(2) == pytest.approx(5e-6 + 2 * 2e-6)
+    assert t(3) == pytest.approx(t(2))  # same wave count: the step the profiles show
+    assert t(4) == pytest.approx(5e-6 + 3 * 2e-6)
+    # 10 empty CTAs at 2.4 us spread over 24 SMs add 1 us.
+    with_empty = float(mixed_attention_time(1, 1000.0, 5e-6, 10.0, _SMALL, 1, _TOY, _TOY_EFF))
+    assert with_empty == pytest.approx(t(1) + 1e-6)
+
+
+def test_mixed_attention_dram_bound_counts_gqa_rereads() -> None:
+    # Slow memory makes the DRAM bound win. 2 decodes, 4000 ctx total: unique KV bytes
+    # U = 8 heads * 4000 * 512 = 16.384 MB. Same-wave hit = 0.5 * (1 - 3/24) = 0.4375 (reach
+    # 1 TB: no fade; L2 of 1 byte: no persistence), so bytes = U * (1 + 1 * 0.5625).
+    gpu = GpuSpec("slow", 1 << 30, 1e18, 1e9, 1e9, 1e9, num_sms=24, l2_bytes=1)
+    eff = _TOY_EFF.updated(
+        {"attn_l2_reuse": 0.5, "attn_kv_reach_bytes": 1e12, "attn_mixed_decode_mem": 0.5}
+    )
+    got = float(mixed_attention_time(2, 4000.0, 0.0, 0.0, _SMALL, 1, gpu, eff))
+    expected = 16.384e6 * 1.5625 / (1e9 * 0.5)
+    assert got == pytest.approx(expected, rel=1e-6)
+    # Without GQA sharing (hit 0) every query head reads its own copy: 2x the unique bytes.
+    none = float(
+        mixed_attention_time(
+            2, 4000.0, 0.0, 0.0, _SMALL, 1, gpu, eff.updated({"attn_l2_reuse": 0.005})
+        )
+    )
+    assert none > got and none == pytest.approx(16.384e6 * (2 - 0.005 * 0.875) / 0.5e9, rel=1e-6)
+
+
+def test_step_cost_uses_the_varlen_grid_for_mixed_steps() -> None:
+    model = RooflineStepModel(_SMALL, _TOY, _TOY_EFF)
+    chunks = [ScheduledChunk(300, 0), ScheduledChunk(1, 500), ScheduledChunk(1, 700)]
+    # max query 300 -> 3 m-blocks per (sequence, head); own blocks 3 + 1 + 1; 16 heads.
+    empty = 16 * (3 * 3 - 5)
+    prefill = prefill_attention_time(300.0, 0.0, _SMALL, 1, _TOY, _TOY_EFF)
+    layer = mixed_attention_time(2, 1200.0, prefill, empty, _SMALL, 1, _TOY, _TOY_EFF)
+    cost = model.step_cost(chunks)
+    assert cost.attention_s == pytest.approx(_SMALL.num_layers * float(layer), rel=1e-12)
+
+
+def test_rtx_pro_6000_mixed_decodes_step_like_the_profiles() -> None:
+    # Measured (Llama-3.1-8B, 16-token chunk, 16k ctx): 1-4 decodes cost the same, 8 about 2x.
+    model = make_step_model("Llama-3.1-8B", "RTX PRO 6000")
+
+    def attn(n: int) -> float:
+        chunks = [ScheduledChunk(16, 0)] + [ScheduledChunk(1, 16384)] * n
+        return model.step_cost(chunks).attention_s
+
+    assert attn(4) == pytest.approx(attn(1), rel=0.05)
+    assert 1.7 < attn(8) / attn(1) < 2.3

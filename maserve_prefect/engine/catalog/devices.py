@@ -133,6 +133,8 @@ def load_device_file(path: Path) -> DeviceEntry:
         interconnect_bytes_s=values["interconnect_bytes_s"],
         host_link_bytes_s=values["host_link_bytes_s"],
         interconnect=str(raw_gpu.get("interconnect", base.interconnect if base else "pcie")),
+        num_sms=_optional_gpu_count(raw_gpu, base, path, "num_sms"),
+        l2_bytes=_optional_gpu_count(raw_gpu, base, path, "l2_bytes"),
     )
     eff_raw = data.get("efficiency") or {}
     if not isinstance(eff_raw, dict):
@@ -141,6 +143,24 @@ def load_device_file(path: Path) -> DeviceEntry:
     eff = default_efficiency().updated({key: checked[key] for key in eff_raw})
     fit = data.get("fit") or {}
     return DeviceEntry(gpu, eff, base_name if isinstance(base_name, str) else None, dict(fit))
+
+
+_UNKNOWN_GPU = GpuSpec("unknown", 0, 0.0, 0.0, 0.0, 0.0)  # only for GpuSpec's field defaults
+
+
+def _optional_gpu_count(raw_gpu: dict[str, Any], base: GpuSpec | None, path: Path, key: str) -> int:
+    """`num_sms` / `l2_bytes` from the file, else the base GPU, else `GpuSpec`'s default."""
+    raw = raw_gpu.get(key, getattr(base, key) if base is not None else None)
+    if raw is None:
+        default: int = getattr(_UNKNOWN_GPU, key)
+        return default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: gpu.{key}={raw!r} is not an integer") from exc
+    if value < 1:
+        raise ConfigError(f"{path}: gpu.{key}={value} must be >= 1")
+    return value
 
 
 def write_device_file(entry: DeviceEntry, path: Path) -> Path:

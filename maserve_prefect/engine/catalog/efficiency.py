@@ -44,8 +44,18 @@ class DeviceEfficiency:
     attn_call_s: float = 8e-6
     attn_decode_mem: float = 0.8
     attn_decode_req_s: float = 2e-7
-    # Decode requests sharing the kernel with a prefill chunk lose split-KV parallelism.
-    attn_mixed_decode_mem: float = 0.3
+    # Decodes sharing the kernel with a prefill chunk run as padded 128-row query tiles, one CTA
+    # per (sequence, query head), in waves over the SMs (`roofline.mixed_attention_time`):
+    # DRAM efficiency of their KV reads, per-CTA fixed cost, tile throughput as a fraction of
+    # one SM's share of peak FLOPS, the cost of a CTA that exits at once (an m-block past a
+    # short query), the best fraction of GQA sibling heads' KV reads served from L2, and the
+    # KV footprint (bytes) beyond which same-wave sibling heads stop sharing reads.
+    attn_mixed_decode_mem: float = 0.8
+    attn_cta_s: float = 5e-6
+    attn_tile_comp: float = 1.0
+    attn_empty_cta_s: float = 1e-6
+    attn_l2_reuse: float = 0.95
+    attn_kv_reach_bytes: float = 7.5e9
     attn_prefill_comp: float = 0.5
     attn_prefill_mem: float = 0.1
     attn_prefill_req_s: float = 1e-6

@@ -22,6 +22,16 @@ Sources:
   ~504 TFLOPS BF16 dense; 1,792 GB/s GDDR7 (512-bit, 28 Gbps); PCIe Gen5 x16.
 - RTX PRO 5000 Blackwell 48GB: NVIDIA product brief — 2,142 AI TOPS FP4 with sparsity, i.e.
   ~268 TFLOPS BF16 dense; 1,344 GB/s GDDR7; PCIe Gen5 x16.
+SM counts and L2 sizes (used by the attention tile/wave model, `engine/sim/roofline.py`):
+- V100: 80 SMs, 6 MB L2 (NVIDIA Tesla V100 GPU architecture whitepaper);
+- A100: 108 SMs, 40 MB L2 (NVIDIA A100 Tensor Core GPU architecture whitepaper);
+- H100 SXM5 / H200 SXM (same GH100 configuration): 132 SMs, 50 MB L2 (NVIDIA H100 Tensor Core
+  GPU architecture whitepaper);
+- L40S: 142 SMs, 96 MB L2 (NVIDIA Ada GPU architecture whitepaper, AD102; L40S datasheet);
+- RTX PRO 6000 Blackwell: 188 SMs (24,064 CUDA cores / 128 per SM), 128 MB L2 (NVIDIA RTX
+  Blackwell GPU architecture whitepaper, full GB202 L2);
+- RTX PRO 5000 Blackwell: 110 SMs (14,080 CUDA cores / 128); its L2 size is not in the product
+  brief, 96 MB is an assumption (a cut-down GB202), unverified.
 Consumer / workstation cards often run above or below these numbers; `maserve sim calibrate`
 fits a device entry from measured profiles instead of trusting the datasheet.
 """
@@ -55,6 +65,10 @@ class GpuSpec:
     host_link_bytes_s: float  # host <-> device (PCIe) per direction, sustained
     interconnect: str = "pcie"
     aliases: tuple[str, ...] = ()
+    # Streaming multiprocessors and L2 bytes: the attention kernel's wave width and the cache its
+    # GQA query heads share KV through. Defaults (an A100-like part) only for unknown devices.
+    num_sms: int = 108
+    l2_bytes: int = 40 * MIB
 
 
 # PCIe sustained per-direction throughput: Gen3 ~12 GB/s, Gen4 ~25 GB/s, Gen5 ~50 GB/s (about
@@ -71,10 +85,32 @@ GPUS: tuple[GpuSpec, ...] = (
         _PCIE3,
         "nvlink",
         ("V100", "Tesla-V100-SXM2-32GB"),
+        80,
+        6 * MIB,
     ),
-    GpuSpec("A100-40GB", 40960 * MIB, 312 * TFLOPS, 1555 * GB, 600 * GB, _PCIE4, "nvlink"),
     GpuSpec(
-        "A100-80GB", 81920 * MIB, 312 * TFLOPS, 2039 * GB, 600 * GB, _PCIE4, "nvlink", ("A100",)
+        "A100-40GB",
+        40960 * MIB,
+        312 * TFLOPS,
+        1555 * GB,
+        600 * GB,
+        _PCIE4,
+        "nvlink",
+        (),
+        108,
+        40 * MIB,
+    ),
+    GpuSpec(
+        "A100-80GB",
+        81920 * MIB,
+        312 * TFLOPS,
+        2039 * GB,
+        600 * GB,
+        _PCIE4,
+        "nvlink",
+        ("A100",),
+        108,
+        40 * MIB,
     ),
     GpuSpec(
         "H100",
@@ -85,11 +121,24 @@ GPUS: tuple[GpuSpec, ...] = (
         _PCIE5,
         "nvlink",
         ("H100-80GB", "H100-SXM"),
+        132,
+        50 * MIB,
     ),
     GpuSpec(
-        "H200", 143771 * MIB, 989 * TFLOPS, 4800 * GB, 900 * GB, _PCIE5, "nvlink", ("H200-141GB",)
+        "H200",
+        143771 * MIB,
+        989 * TFLOPS,
+        4800 * GB,
+        900 * GB,
+        _PCIE5,
+        "nvlink",
+        ("H200-141GB",),
+        132,
+        50 * MIB,
     ),
-    GpuSpec("L40S", 46068 * MIB, 362.05 * TFLOPS, 864 * GB, _PCIE4, _PCIE4, "pcie"),
+    GpuSpec(
+        "L40S", 46068 * MIB, 362.05 * TFLOPS, 864 * GB, _PCIE4, _PCIE4, "pcie", (), 142, 96 * MIB
+    ),
     GpuSpec(
         "RTX PRO 6000",
         97887 * MIB,
@@ -99,6 +148,8 @@ GPUS: tuple[GpuSpec, ...] = (
         _PCIE5,
         "pcie",
         ("RTXPRO6000", "RTX-PRO-6000", "RTX PRO 6000 Blackwell"),
+        188,
+        128 * MIB,
     ),
     GpuSpec(
         "RTX PRO 5000",
@@ -109,6 +160,8 @@ GPUS: tuple[GpuSpec, ...] = (
         _PCIE5,
         "pcie",
         ("RTXPRO5000", "RTX-PRO-5000", "RTX PRO 5000 Blackwell"),
+        110,
+        96 * MIB,
     ),
 )
 

@@ -28,9 +28,11 @@ from maserve_prefect.engine.catalog.efficiency import DeviceEfficiency
 from maserve_prefect.engine.catalog.gpus import GpuSpec
 from maserve_prefect.engine.sim.profiles import FloatArray, ProfileSet
 from maserve_prefect.engine.sim.roofline import (
+    attention_m_blocks,
     elementwise_bytes_per_token,
     elementwise_time,
     linear_time,
+    mixed_attention_time,
     prefill_attention_time,
     sampler_time,
 )
@@ -57,6 +59,11 @@ PARAM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "attn_decode_mem",
             "attn_decode_req_s",
             "attn_mixed_decode_mem",
+            "attn_cta_s",
+            "attn_tile_comp",
+            "attn_empty_cta_s",
+            "attn_l2_reuse",
+            "attn_kv_reach_bytes",
             "attn_prefill_comp",
             "attn_prefill_mem",
             "attn_prefill_req_s",
@@ -66,6 +73,16 @@ PARAM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _BOUNDS_EFF = (0.005, 4.0)
 _BOUNDS_S = (1e-9, 5e-3)
+# Parameters with their own physical range: a hit fraction cannot pass 1; a KV footprint is
+# somewhere between 100 MB and 1 TB.
+_BOUNDS_NAMED = {"attn_l2_reuse": (0.005, 1.0), "attn_kv_reach_bytes": (1e8, 1e12)}
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    if name in _BOUNDS_NAMED:
+        return _BOUNDS_NAMED[name]
+    return _BOUNDS_S if name.endswith("_s") else _BOUNDS_EFF
+
 
 GpuLookup = Callable[[str], GpuSpec]
 
@@ -85,10 +102,14 @@ def predict(ps: ProfileSet, gpu: GpuSpec, eff: DeviceEfficiency) -> FloatArray:
         return sampler_time(x, model, gpu, eff)
     chunk, prior, n_dec, ctx = x[:, 0], x[:, 1], x[:, 2], x[:, 3]
     kv_tok = model.kv_bytes_per_token_per_layer(tp)
-    eff_dec = np.where(chunk > 0, eff.attn_mixed_decode_mem, eff.attn_decode_mem)
-    decode = n_dec * (eff.attn_decode_req_s + ctx * kv_tok / (gpu.mem_bw_bytes_s * eff_dec))
-    prefill = np.where(chunk > 0, prefill_attention_time(chunk, prior, model, tp, gpu, eff), 0.0)
-    return eff.attn_call_s + decode + prefill
+    decode = n_dec * (
+        eff.attn_decode_req_s + ctx * kv_tok / (gpu.mem_bw_bytes_s * eff.attn_decode_mem)
+    )
+    prefill = prefill_attention_time(chunk, prior, model, tp, gpu, eff)
+    # with a prefill chunk, every decode's m-blocks past its first are empty CTAs
+    empty = n_dec * model.num_attention_heads / tp * np.maximum(attention_m_blocks(chunk) - 1, 0)
+    mixed = mixed_attention_time(n_dec, n_dec * ctx, prefill, empty, model, tp, gpu, eff)
+    return eff.attn_call_s + np.where(chunk > 0, mixed, decode)
 
 
 def _constrained(
@@ -112,8 +133,8 @@ def _fit_group(
     if not names:
         return base
     x0 = np.log([getattr(base, n) for n in names])
-    lo = np.log([(_BOUNDS_S if n.endswith("_s") else _BOUNDS_EFF)[0] for n in names])
-    hi = np.log([(_BOUNDS_S if n.endswith("_s") else _BOUNDS_EFF)[1] for n in names])
+    lo = np.log([_bounds(n)[0] for n in names])
+    hi = np.log([_bounds(n)[1] for n in names])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
     devs = [gpus(s.device) for s in sets]
     weights = [1.0 / np.sqrt(len(s.seconds)) for s in sets]

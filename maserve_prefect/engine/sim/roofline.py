@@ -15,6 +15,8 @@ hd = head_dim, all per tensor-parallel rank):
 - decode attention: reads `ctx * kv_bytes_per_token_per_layer` per request;
 - prefill attention: exact causal FLOPs `4*H*hd*(new*prior + new*(new+1)/2)` and reads the
   KV of `prior + new` tokens;
+- mixed decode attention (decodes in a step that also computes a prefill chunk): a tile/wave
+  model of vLLM's FlashAttention-2 varlen kernel, see `mixed_attention_time`;
 - sampler: fp32 logits `vocab*4` bytes per sequence.
 """
 
@@ -87,14 +89,11 @@ def elementwise_time(
 
 
 def decode_attention_per_token_s(
-    kv_bytes_per_token: float, gpu: GpuSpec, eff: DeviceEfficiency, mixed: bool = False
+    kv_bytes_per_token: float, gpu: GpuSpec, eff: DeviceEfficiency
 ) -> float:
-    """Seconds per context token one decode request reads, in one layer.
-
-    `mixed`: the step also computes a prefill chunk, so decodes run in the prefill kernel's
-    launch shape (no split-KV) at `attn_mixed_decode_mem` instead of `attn_decode_mem`."""
-    eff_mem = eff.attn_mixed_decode_mem if mixed else eff.attn_decode_mem
-    return kv_bytes_per_token / (gpu.mem_bw_bytes_s * eff_mem)
+    """Seconds per context token one decode request reads, in one layer, in an all-decode step
+    (split-KV decode kernel: affine in context, which `decode_affine` relies on)."""
+    return kv_bytes_per_token / (gpu.mem_bw_bytes_s * eff.attn_decode_mem)
 
 
 def prefill_attention_time(
@@ -107,6 +106,81 @@ def prefill_attention_time(
     t_comp = flops / (gpu.peak_flops * eff.attn_prefill_comp)
     t_mem = kv_bytes / (gpu.mem_bw_bytes_s * eff.attn_prefill_mem)
     return eff.attn_prefill_req_s + np.sqrt(t_comp * t_comp + t_mem * t_mem)
+
+
+# FlashAttention-2's query tile (kBlockM) for head_dim <= 128 on sm80+: one CTA computes 128 query
+# rows, so a 1-token decode query is padded to a full tile.
+ATTN_TILE_M = 128
+
+
+def attention_m_blocks(max_new_tokens: Num) -> Num:
+    """Query tiles per (sequence, head) in a varlen launch: `ceil(max_seqlen_q / 128)`."""
+    return np.ceil(max_new_tokens / ATTN_TILE_M)
+
+
+def mixed_attention_time(
+    num_decode: Num,
+    decode_ctx: Num,
+    prefill_s: Num,
+    empty_ctas: Num,
+    model: ModelSpec,
+    tp: int,
+    gpu: GpuSpec,
+    eff: DeviceEfficiency,
+) -> Num:
+    """One layer's attention kernel (launch excluded) for a step holding a prefill chunk.
+
+    vLLM's FlashAttention backend runs the whole batch in one varlen call; its grid is
+    (m-blocks of the longest query) x sequences x query heads, one CTA each, one CTA per SM at
+    a time. Decodes therefore get one padded 128-row tile per *query* head (no GQA packing,
+    no split-KV), and m-blocks past a sequence's query exit at once (`empty_ctas`). Two bounds,
+    the larger wins:
+
+    - CTA schedule: `ceil(n*H / SMs)` waves of decode tiles, each streaming the mean decode
+      context at `attn_tile_comp` of one SM's share of peak FLOPS (`4*128*hd` FLOPs per KV
+      token) after a fixed `attn_cta_s`, plus the prefill chunks' own roofline `prefill_s`,
+      plus the empty CTAs spread over the SMs;
+    - DRAM: unique decode KV bytes `U = K*ctx*2*hd*d`, re-read by the `G-1` sibling query heads
+      of each KV head except for the hit fraction `h` = `attn_l2_reuse` x the larger of
+      (a) same-wave sharing `1 - seqs/SMs` (fading once `U` passes `attn_kv_reach_bytes`) and
+      (b) L2 persistence `min(1, L2 / one head's pass)^2`.
+
+    `decode_ctx` is the decodes' total context; `num_decode` may be 0 (prefill only).
+
+    Examples:
+        >>> from maserve_prefect.engine.catalog import get_efficiency, get_gpu, get_model
+        >>> m, g = get_model("Qwen3-8B"), get_gpu("RTX PRO 6000")
+        >>> eff = get_efficiency("RTX PRO 6000")
+        >>> float(mixed_attention_time(0.0, 0.0, 1e-4, 0.0, m, 1, g, eff))  # prefill only
+        0.0001
+    """
+    heads = model.num_attention_heads / tp
+    kv_heads = max(model.num_kv_heads / tp, 1.0)
+    group = heads / kv_heads
+    sms = float(gpu.num_sms)
+    kv_head_tok = 2.0 * model.head_dim * model.dtype_bytes  # K + V bytes, one token, one KV head
+    has_dec = num_decode > 0
+    mean_ctx = np.where(has_dec, decode_ctx / np.maximum(num_decode, 1.0), 0.0)
+    tile_tok_s = 4.0 * ATTN_TILE_M * model.head_dim * sms / (gpu.peak_flops * eff.attn_tile_comp)
+    waves = np.ceil(num_decode * heads / sms)
+    t_sched = (
+        waves * (eff.attn_cta_s + mean_ctx * tile_tok_s)
+        + prefill_s
+        + empty_ctas * eff.attn_empty_cta_s / sms
+    )
+    unique = kv_heads * decode_ctx * kv_head_tok
+    one_pass = np.maximum(decode_ctx * kv_head_tok, 1.0)
+    same_wave = np.clip(1.0 - (num_decode + 1.0) / sms, 0.0, 1.0) / (
+        1.0 + (unique / eff.attn_kv_reach_bytes) ** 4
+    )
+    in_l2 = np.minimum(1.0, gpu.l2_bytes / one_pass) ** 2
+    hit = min(eff.attn_l2_reuse, 1.0) * np.maximum(same_wave, in_l2)
+    t_dram = (
+        unique
+        * (1.0 + (group - 1.0) * (1.0 - hit))
+        / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
+    )
+    return np.maximum(t_sched, t_dram)
 
 
 def sampler_time(num_seqs: Num, model: ModelSpec, gpu: GpuSpec, eff: DeviceEfficiency) -> Num:

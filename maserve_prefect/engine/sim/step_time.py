@@ -9,10 +9,12 @@ device-specific, and they come from a fit to measured kernel profiles (`calibrat
 Where the seam's four fields get which cost:
 
 - `linear_s`: QKV, O, gate/up, down GEMMs per layer (+ TP all-reduces when tp > 1);
-- `attention_s`: decode KV reads (context tokens only) and prefill attention per request;
+- `attention_s`: all-decode steps: decode KV reads (context tokens only); steps with a prefill
+  chunk: the tile/wave model of the one varlen FlashAttention call (`mixed_attention_time`);
 - `lm_head_s`: the vocab GEMM over S sequences plus the sampler;
 - `overhead_s`: host step overhead, embedding, final norm, the per-layer elementwise kernels,
-  the per-layer attention kernel launch and the per-decode-request attention cost.
+  the per-layer attention kernel launch and, on all-decode steps, the per-decode-request
+  attention cost.
 
 That split makes an all-decode step exactly `base(S) + per_token * total_context`, which is what
 `decode_affine` returns (the simulator fast-forwards decode runs with it).
@@ -30,10 +32,12 @@ from maserve_prefect.engine.sim.cost import DecodeAffine, ScheduledChunk, StepCo
 from maserve_prefect.engine.sim.roofline import (
     VLLM_LAYER_ELEMENTWISE,
     allreduce_time,
+    attention_m_blocks,
     decode_attention_per_token_s,
     elementwise_bytes_per_token,
     elementwise_time,
     linear_time,
+    mixed_attention_time,
     prefill_attention_time,
     sampler_time,
 )
@@ -56,7 +60,6 @@ class RooflineStepModel:
         "_elem_layer",
         "_elem_step",
         "_gemms",
-        "_kv_tok_mixed_s",
         "_kv_tok_s",
         "_lm_head",
         "eff",
@@ -89,7 +92,6 @@ class RooflineStepModel:
         )
         kv_tok = model.kv_bytes_per_token_per_layer(tp)
         self._kv_tok_s = decode_attention_per_token_s(kv_tok, gpu, efficiency)
-        self._kv_tok_mixed_s = decode_attention_per_token_s(kv_tok, gpu, efficiency, mixed=True)
         self._affine_cache: dict[int, DecodeAffine] = {}
 
     # --- parts ---------------------------------------------------------------------------------
@@ -120,12 +122,14 @@ class RooflineStepModel:
         tokens = 0
         num_decode = 0
         decode_ctx = 0
+        max_new = 1
         prefill_s = 0.0
         for chunk in chunks:
             new = chunk.num_new_tokens
             if new < 1 or chunk.num_context_tokens < 0:
                 raise ConfigError(f"invalid scheduled chunk {chunk}: need new >= 1, context >= 0")
             tokens += new
+            max_new = max(max_new, new)
             if new == 1:
                 num_decode += 1
                 decode_ctx += chunk.num_context_tokens
@@ -138,13 +142,42 @@ class RooflineStepModel:
                     self.gpu,
                     self.eff,
                 )
-        kv_tok_s = self._kv_tok_mixed_s if num_decode < len(chunks) else self._kv_tok_s
-        attention_s = float(self.model.num_layers * (kv_tok_s * decode_ctx + prefill_s))
+        if num_decode == len(chunks):
+            per_layer = self._kv_tok_s * decode_ctx
+        else:
+            per_layer = self._mixed_attention_s(chunks, num_decode, decode_ctx, max_new, prefill_s)
         return StepCost(
             linear_s=self._linear_s(tokens),
-            attention_s=attention_s,
+            attention_s=float(self.model.num_layers * per_layer),
             lm_head_s=self._lm_head_s(len(chunks)),
-            overhead_s=self._overhead_s(tokens, num_decode),
+            # the per-decode attention cost belongs to the split-KV decode kernel only
+            overhead_s=self._overhead_s(tokens, num_decode if num_decode == len(chunks) else 0),
+        )
+
+    def _mixed_attention_s(
+        self,
+        chunks: Sequence[ScheduledChunk],
+        num_decode: int,
+        decode_ctx: int,
+        max_new: int,
+        prefill_s: float,
+    ) -> float:
+        """One layer's varlen attention call for a step that holds a prefill chunk."""
+        blocks = float(attention_m_blocks(float(max_new)))
+        own_blocks = sum(float(attention_m_blocks(float(c.num_new_tokens))) for c in chunks)
+        heads = self.model.num_attention_heads / self.tp
+        empty = heads * (blocks * len(chunks) - own_blocks)
+        return float(
+            mixed_attention_time(
+                float(num_decode),
+                float(decode_ctx),
+                prefill_s,
+                empty,
+                self.model,
+                self.tp,
+                self.gpu,
+                self.eff,
+            )
         )
 
     def decode_affine(self, num_seqs: int) -> DecodeAffine:
