@@ -1,0 +1,228 @@
+"""The harness: what one native run shares — clock regime, dispatcher, ledger, op numbering.
+
+The task runner finds its harness by key (runners are pickled and duplicated per flow run, a
+harness is not), operations reach it through `current_harness()` while they run, and the CLI
+builds one per `maserve run`. `call_model` is the one path from an op to an engine: it hands the
+request to the dispatcher at the next quiescent instant (deterministic order) and blocks the op's
+thread on the lockstep gate until the outcome arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from maserve_prefect.engine.protocol import Control, Outcome, OutcomeStatus, Request
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.runtime.dispatcher import Dispatcher
+from maserve_prefect.runtime.lockstep import Gate
+from maserve_prefect.runtime.oprun import OpCounter, OpRun, Scope
+from maserve_prefect.runtime.plans import Unit
+from maserve_prefect.trace.cas import BlobStore, MemoryStore
+from maserve_prefect.trace.ledger import Ledger
+from maserve_prefect.trace.model import (
+    Manifest,
+    OpRecord,
+    RootRecord,
+    SessionRecord,
+    StageRecord,
+)
+
+
+@dataclass(slots=True)
+class RunBook:
+    """In-memory copy of what the harness recorded (the ledger holds the durable one)."""
+
+    roots: dict[str, RootRecord] = field(default_factory=dict)
+    stages: dict[str, StageRecord] = field(default_factory=dict)
+    sessions: dict[str, SessionRecord] = field(default_factory=dict)
+    ops: list[OpRecord] = field(default_factory=list)
+    task_runs: dict[str, str] = field(default_factory=dict)
+
+
+class Harness:
+    """Shared state of one native run.
+
+    Args:
+        gate: the clock regime (`VirtualGate` on the simulator, a wall gate on real engines).
+        dispatcher: routes model calls to replicas; None when the run has no engine.
+        manifest: the trace manifest (its `trace_id` names the run in the ledger).
+        ledger: durable store of records; None keeps records in memory only.
+        store: blob store for payloads (defaults to the ledger's CAS, else memory).
+    """
+
+    def __init__(
+        self,
+        gate: Gate,
+        manifest: Manifest,
+        *,
+        dispatcher: Dispatcher | None = None,
+        ledger: Ledger | None = None,
+        store: BlobStore | None = None,
+    ) -> None:
+        self.gate = gate
+        self.manifest = manifest
+        self.dispatcher = dispatcher
+        self.ledger = ledger
+        self.store: BlobStore = store or (ledger.cas if ledger is not None else MemoryStore())
+        self.counter = OpCounter()
+        self.book = RunBook()
+        self._lock = threading.Lock()
+        self.key = f"h{next(_KEYS)}"
+        if ledger is not None:
+            ledger.begin_run(manifest)
+
+    @property
+    def trace_id(self) -> str:
+        return self.manifest.trace_id
+
+    # -- hierarchy -------------------------------------------------------------------------
+
+    def see_scope(self, s: Scope) -> None:
+        """Record the root / stage / session of a scope the first time it is seen."""
+        with self._lock:
+            if s.root_id not in self.book.roots:
+                root = RootRecord(root_id=s.root_id, workflow=s.workflow, arrival_s=self.gate.now())
+                self.book.roots[s.root_id] = root
+                if self.ledger is not None:
+                    self.ledger.add_root(self.trace_id, root)
+            if s.stage_id and s.stage_id not in self.book.stages:
+                stage = StageRecord(
+                    stage_id=s.stage_id,
+                    root_id=s.root_id,
+                    name=s.stage_name or s.stage_id,
+                    template=s.template,
+                    iteration=s.iteration,
+                )
+                self.book.stages[s.stage_id] = stage
+                if self.ledger is not None:
+                    self.ledger.add_stage(self.trace_id, stage)
+            if s.session_id and s.session_id not in self.book.sessions:
+                session = SessionRecord(
+                    session_id=s.session_id, root_id=s.root_id, stage_id=s.stage_id, role=s.role
+                )
+                self.book.sessions[s.session_id] = session
+                if self.ledger is not None:
+                    self.ledger.add_session(self.trace_id, session)
+
+    def new_op_id(self, s: Scope) -> str:
+        n = self.counter.next(s.root_id)
+        parts = [s.root_id, s.stage_id or "main"]
+        if s.session_id:
+            parts.append(s.session_id)
+        parts.append(str(n))
+        return "/".join(parts)
+
+    # -- ops -------------------------------------------------------------------------------
+
+    def finish(self, op: OpRun, *, flow_run_id: str | None, task_run_id: str) -> OpRecord:
+        """Freeze a finished op, append it to the ledger (durable on return) and the book."""
+        record = op.to_record()
+        if self.ledger is not None:
+            self.ledger.append_op(self.trace_id, record)
+            self.ledger.link_prefect(
+                self.trace_id,
+                record.op_id,
+                record.attempt,
+                flow_run_id=flow_run_id,
+                task_run_id=task_run_id,
+            )
+        with self._lock:
+            self.book.ops.append(record)
+            self.book.task_runs[record.op_id] = task_run_id
+        return record
+
+    def call_model(
+        self, op: OpRun, request: Request, controls: tuple[Control, ...] = ()
+    ) -> Outcome:
+        """Run one model call for `op` and block until its outcome (see the module docstring)."""
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            raise ConfigError(
+                f"op {op.op_id}: this run has no engine; start it with `maserve run` or build a "
+                "Harness with a dispatcher"
+            )
+        box: list[Outcome] = []
+        gate = self.gate
+        unit = Unit(
+            unit_id=op.op_id,
+            root_id=op.scope.root_id,
+            deployment=request.deployment,
+            num_prompt_tokens=request.num_prompt(),
+            max_tokens=request.max_tokens,
+            priority=request.priority,
+            ready_s=gate.now(),
+            workflow=op.scope.workflow,
+        )
+
+        def submitted(t: float, replica: str) -> None:
+            op.submitted_s = t
+
+        def register(wake: Callable[[], None]) -> None:
+            def done(outcome: Outcome) -> None:
+                box.append(outcome)
+                wake()
+
+            gate.defer(
+                (unit.ready_s, op.op_id),
+                lambda: dispatcher.on_ready(
+                    unit, request, controls=controls, on_done=done, on_submitted=submitted
+                ),
+            )
+
+        gate.block(register, what=f"model call {op.op_id}")
+        outcome = box[0]
+        op.first_scheduled_s = outcome.first_scheduled_s
+        op.first_token_s = outcome.first_token_s
+        op.num_input_tokens = outcome.num_prompt_tokens
+        op.num_output_tokens = outcome.num_output_tokens
+        op.num_cached_tokens = outcome.num_cached_tokens
+        if outcome.status is not OutcomeStatus.COMPLETED:
+            op.error = outcome.error or outcome.status.value
+        return outcome
+
+
+_KEYS = itertools.count()
+_HARNESSES: dict[str, Harness] = {}
+_ACTIVE: list[str] = []
+_REG_LOCK = threading.Lock()
+
+
+def register_harness(h: Harness) -> str:
+    """Make `h` findable by its key (runners carry only the key)."""
+    with _REG_LOCK:
+        _HARNESSES[h.key] = h
+    return h.key
+
+
+def get_harness(key: str) -> Harness:
+    try:
+        return _HARNESSES[key]
+    except KeyError:
+        raise ConfigError(
+            f"no harness {key!r} in this process; a MAServeTaskRunner bound to a harness can only "
+            "run in the process that created it"
+        ) from None
+
+
+@contextlib.contextmanager
+def activate(h: Harness) -> Iterator[Harness]:
+    """Make `h` the harness that unbound runners use for the duration of the block."""
+    register_harness(h)
+    with _REG_LOCK:
+        _ACTIVE.append(h.key)
+    try:
+        yield h
+    finally:
+        with _REG_LOCK:
+            _ACTIVE.remove(h.key)
+            _HARNESSES.pop(h.key, None)
+
+
+def active_harness() -> Harness | None:
+    """The innermost activated harness, if any."""
+    with _REG_LOCK:
+        return _HARNESSES[_ACTIVE[-1]] if _ACTIVE else None

@@ -1,0 +1,142 @@
+"""Plans: pure `plan(snapshot) -> Decisions` functions, registered by name.
+
+A plan sees an immutable `Snapshot` — ready and near-ready units, replica views — and returns
+plain `Decisions`; it never touches engines or the dispatcher's books (vLLM v1's
+`schedule() -> SchedulerOutput` shape). Registering a name twice is an error; asking for an
+unknown name lists the known ones. Replay, the pool runtime and HEAR add their plans here.
+
+The built-in `fcfs` plan: ready units in (ready time, unit id) order, each placed on the
+least-loaded ready replica of its deployment (fewest outstanding requests, ties by name), with the
+plan's own assignments counted as it goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from maserve_prefect.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A schedulable model call (one op), as plans see it."""
+
+    unit_id: str
+    root_id: str
+    deployment: str
+    num_prompt_tokens: int
+    max_tokens: int
+    priority: int = 0
+    ready_s: float = 0.0
+    workflow: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """What a plan knows about one replica."""
+
+    name: str
+    deployment: str
+    lifecycle: str
+    num_running: int
+    num_waiting: int
+    num_outstanding: int
+    kv_usage: float
+
+    @property
+    def accepting(self) -> bool:
+        return self.lifecycle in ("ready", "running", "idle", "accepting")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The immutable input of a plan."""
+
+    now_s: float
+    ready: tuple[Unit, ...]
+    near_ready: tuple[Unit, ...]
+    replicas: tuple[ReplicaView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """Send a ready unit to a replica now."""
+
+    unit_id: str
+    replica: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """A plan's output: never aliases the snapshot's live state."""
+
+    submits: tuple[Submit, ...] = ()
+
+
+class Plan(Protocol):
+    """A named, pure planning function."""
+
+    name: str
+
+    def plan(self, snapshot: Snapshot) -> Decisions: ...
+
+
+_REGISTRY: dict[str, Callable[[], Plan]] = {}
+
+
+def register_plan(name: str, factory: Callable[[], Plan]) -> None:
+    """Register a plan factory under `name` (a duplicate name raises)."""
+    if name in _REGISTRY:
+        raise ConfigError(f"a plan named {name!r} is already registered")
+    _REGISTRY[name] = factory
+
+
+def get_plan(name: str) -> Plan:
+    """A fresh instance of the plan registered as `name`."""
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise ConfigError(
+            f"unknown plan {name!r}; known plans: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def plan_names() -> list[str]:
+    """Registered plan names, sorted."""
+    return sorted(_REGISTRY)
+
+
+class FcfsPlan:
+    """First come, first served with least-loaded placement (see the module docstring).
+
+    Examples:
+        >>> snap = Snapshot(0.0, (Unit("b", "r", "m", 10, 1, ready_s=1.0),
+        ...                       Unit("a", "r", "m", 10, 1, ready_s=1.0)), (),
+        ...                 (ReplicaView("x", "m", "ready", 0, 0, 1, 0.0),
+        ...                  ReplicaView("y", "m", "ready", 0, 0, 0, 0.0)))
+        >>> [(s.unit_id, s.replica) for s in FcfsPlan().plan(snap).submits]
+        [('b', 'y'), ('a', 'x')]
+    """
+
+    name = "fcfs"
+
+    def plan(self, snapshot: Snapshot) -> Decisions:
+        load = {r.name: r.num_outstanding for r in snapshot.replicas}
+        by_dep: dict[str, list[ReplicaView]] = {}
+        for r in snapshot.replicas:
+            if r.accepting:
+                by_dep.setdefault(r.deployment, []).append(r)
+        submits = []
+        for unit in snapshot.ready:  # already in (ready_s, unit_id) order
+            candidates = by_dep.get(unit.deployment)
+            if not candidates:
+                continue  # nothing can take it now; it stays ready for a later event
+            best = min(candidates, key=lambda r: (load[r.name], r.name))
+            load[best.name] += 1
+            submits.append(Submit(unit.unit_id, best.name))
+        return Decisions(submits=tuple(submits))
+
+
+register_plan("fcfs", FcfsPlan)
