@@ -1,0 +1,124 @@
+"""The `code` binding: small Python function tasks graded by unit tests in the sandbox.
+
+Data: `data/code.jsonl`, 22 tasks (id, function name, task text, reference solution, assert-based
+test source), written for this project. The task artifact carries the function name and the
+test source (the tool-augmented repair loop runs them with the `run_tests` tool); the reference
+solution stays hidden. Evaluation: the answer's code (the last fenced ```python block if any,
+else the whole text) runs with the tests in `maserve_prefect.tools.sandbox` (subprocess, timeout,
+no network); pass iff every check passes; score = passed checks / all checks.
+
+Content model (simulator) — output tokens per role class, then decision probabilities:
+
+- `coder`: median 420 tokens, sigma 0.6, clip [60, 2000]
+- `critic`: median 220 tokens, sigma 0.5, clip [30, 900]
+- `default`: median 250 tokens, sigma 0.5, clip [20, 1200]
+- `judge`: median 100 tokens, sigma 0.4, clip [10, 400]
+- `solver`: median 420 tokens, sigma 0.6, clip [60, 2000]
+- `verifier`: median 90 tokens, sigma 0.4, clip [10, 400]
+- accept by round: 0.3, 0.55, 0.75
+- converge by round: 0.25, 0.5, 0.7
+- spawn weights (1..n children): 0.2, 0.4, 0.3, 0.1
+- vote agreement: 0.6
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from maserve_prefect.bindings.base import (
+    ShippedBinding,
+    answer_text,
+    instance_ids,
+    load_jsonl,
+    provenance,
+    role_prompts,
+)
+from maserve_prefect.bindings.content import ContentProfile, LengthDist
+
+from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
+from maserve_prefect.tools.sandbox import run_python_tests
+
+_FILE, _FIELDS = "code.jsonl", ("id", "function", "question", "reference", "tests")
+_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+TEST_TIMEOUT_S = 10.0
+
+_FRAMING = (
+    "Task: implement one Python function exactly as specified. Standard library only; no I/O, "
+    "no network. Return the code in one ```python block."
+)
+
+
+def extract_code(text: str) -> str:
+    """The last fenced Python block of `text`, else `text` itself.
+
+    Examples:
+        >>> extract_code("Here:\\n```python\\nx = 1\\n```\\n")
+        'x = 1\\n'
+    """
+    blocks = _FENCE.findall(text)
+    return blocks[-1] if blocks else text
+
+
+class CodeBinding(ShippedBinding):
+    """Python function tasks; unit tests run in the sandbox.
+
+    Examples:
+        >>> b = CodeBinding()
+        >>> inst = b.instance("code-19")
+        >>> b.evaluate(inst, b.record("code-19")["reference"]).passed
+        True
+    """
+
+    data_file = _FILE
+    required_fields = _FIELDS
+    info: ClassVar[BindingInfo] = BindingInfo(
+        binding_id="code",
+        provenance=provenance("hand-written tasks with reference solutions and assert tests"),
+        instance_ids=instance_ids(load_jsonl(_FILE, _FIELDS)),
+        role_prompts=role_prompts(
+            _FRAMING,
+            {
+                "solver": "Write the function; return only the code.",
+                "reviewer": "Review the code and test output for bugs and edge cases; list fixes.",
+                "validator": "Run the tests on the repaired code and reply accept only if all pass.",
+            },
+        ),
+        tools=("run_tests",),
+        description="Python function tasks graded by sandboxed unit tests.",
+    )
+    content_profile = ContentProfile(
+        lengths={
+            "coder": LengthDist(420, 0.6, 60, 2000),
+            "solver": LengthDist(420, 0.6, 60, 2000),
+            "critic": LengthDist(220, 0.5, 30, 900),
+            "verifier": LengthDist(90, 0.4, 10, 400),
+            "judge": LengthDist(100, 0.4, 10, 400),
+            "default": LengthDist(250, 0.5, 20, 1200),
+        },
+        accept_by_round=(0.3, 0.55, 0.75),
+        converge_by_round=(0.25, 0.5, 0.7),
+        spawn_weights=(0.2, 0.4, 0.3, 0.1),
+        vote_agreement=0.6,
+    )
+
+    def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "task": {
+                "question": record["question"],
+                "function": record["function"],
+                "tests": record["tests"],
+            }
+        }
+
+    def evaluate(self, instance: TaskInstance, answer: Answer) -> Quality:
+        """Run the instance's tests on the answer's code in the sandbox."""
+        tests = self.record(instance.instance_id)["tests"]
+        run = run_python_tests(extract_code(answer_text(answer)), tests, TEST_TIMEOUT_S)
+        total = run.num_passed + run.num_failed
+        score = 1.0 if run.passed else (run.num_passed / total if total else 0.0)
+        if run.passed:
+            detail = f"{run.num_passed} checks passed ({run.isolation})"
+        else:
+            detail = "; ".join(filter(None, [run.error, *run.failures]))[:500] or "tests failed"
+        return Quality(score, run.passed, detail)

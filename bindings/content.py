@@ -1,0 +1,226 @@
+"""The simulator content model: seeded distributions that stand in for text a simulator lacks.
+
+On the simulator no model writes text, yet a native run still needs output lengths and control
+decisions (does the critic accept this round? did the debate converge? how many children does
+the planner spawn? do the voters agree?). Each binding carries a `ContentProfile` — per-role
+output-length distributions and per-decision probabilities, documented in the binding's module
+docstring — and `ContentModel` draws from it.
+
+One idea: every draw uses its own numpy `Generator` seeded from a SHA-256 of
+(binding id, run seed, root id, op identity, purpose). Draws therefore do not depend on the
+order in which ops run, and never use Python's salted `hash()` of strings, so the same seed gives
+the same work in every process. Payloads are deterministic synthetic text / token ids of the
+realized length, stored in the CAS like real outputs.
+
+Lengths are lognormal: `median * exp(sigma * N(0, 1))`, rounded and clipped to [min, max].
+Role names map to a role class (`pro`, `con`, `skeptic` → `debater`); unknown roles use
+`default`.
+
+Examples:
+    >>> profile = ContentProfile(lengths={"default": LengthDist(200, 0.4, 20, 800)})
+    >>> model = ContentModel("demo", profile, seed=7)
+    >>> model.output_tokens("solver", root="r0", op="solve/0") == model.output_tokens(
+    ...     "solver", root="r0", op="solve/0")
+    True
+    >>> len(synthetic_text(12, seed=1).split())
+    12
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from maserve_prefect.errors import ConfigError
+
+ROLE_CLASSES: Mapping[str, str] = {
+    "solver": "solver", "worker": "worker", "child": "worker", "coder": "coder",
+    "analyst": "analyst", "analyst_a": "analyst", "analyst_b": "analyst",
+    "synthesizer": "writer", "writer": "writer", "editor": "writer", "expert": "writer",
+    "verifier": "verifier", "validator": "verifier", "tester": "verifier",
+    "critic": "critic", "evaluator": "critic", "reviewer": "critic", "diagnoser": "critic",
+    "debater": "debater", "pro": "debater", "con": "debater", "skeptic": "debater",
+    "judge": "judge", "aggregator": "aggregator", "summarizer": "summarizer",
+    "researcher": "researcher", "lead": "planner", "planner": "planner", "parent": "planner",
+    "repairer": "coder",
+}  # fmt: skip
+"""Role name → role class used to pick a length distribution (unknown roles → `default`)."""
+
+_WORDS = (
+    "the model reviews each step and notes where the argument holds or needs a fix so the team "
+    "can compare answers check units weigh evidence cite sources list risks propose changes "
+    "estimate totals verify results summarize decisions assign owners track deadlines"
+).split()
+
+
+@dataclass(frozen=True, slots=True)
+class LengthDist:
+    """Lognormal output length in tokens, clipped to [min_tokens, max_tokens]."""
+
+    median_tokens: float
+    sigma: float
+    min_tokens: int
+    max_tokens: int
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.min_tokens <= self.median_tokens <= self.max_tokens):
+            raise ConfigError(
+                f"length distribution needs 1 <= min ({self.min_tokens}) <= median "
+                f"({self.median_tokens}) <= max ({self.max_tokens})"
+            )
+        if self.sigma < 0:
+            raise ConfigError(f"length distribution sigma must be >= 0, got {self.sigma}")
+
+    def sample(self, rng: np.random.Generator) -> int:
+        """One length draw."""
+        raw = self.median_tokens * float(np.exp(self.sigma * rng.standard_normal()))
+        return int(np.clip(round(raw), self.min_tokens, self.max_tokens))
+
+
+def _check_probs(name: str, probs: tuple[float, ...]) -> None:
+    if not probs or any(not 0.0 <= p <= 1.0 for p in probs):
+        raise ConfigError(f"content profile {name} must be non-empty probabilities in [0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class ContentProfile:
+    """A binding's documented content distributions.
+
+    Attributes:
+        lengths: role class → output length distribution; must hold `default`.
+        accept_by_round: P(the evaluator accepts) at refinement round 1, 2, ... (last repeats).
+        converge_by_round: P(the debate has converged) after round 1, 2, ... (last repeats).
+        spawn_weights: relative weight of spawning 1, 2, ... children (truncated at the max).
+        vote_agreement: P(one voter gives the plurality answer) in a vote / ensemble.
+    """
+
+    lengths: Mapping[str, LengthDist]
+    accept_by_round: tuple[float, ...] = (0.35, 0.6, 0.8)
+    converge_by_round: tuple[float, ...] = (0.2, 0.5, 0.75)
+    spawn_weights: tuple[float, ...] = (0.15, 0.35, 0.3, 0.2)
+    vote_agreement: float = 0.7
+
+    def __post_init__(self) -> None:
+        if "default" not in self.lengths:
+            raise ConfigError("content profile lengths must include a 'default' role class")
+        _check_probs("accept_by_round", self.accept_by_round)
+        _check_probs("converge_by_round", self.converge_by_round)
+        _check_probs("vote_agreement", (self.vote_agreement,))
+        if not self.spawn_weights or min(self.spawn_weights) < 0 or sum(self.spawn_weights) <= 0:
+            raise ConfigError("content profile spawn_weights must be non-negative, not all zero")
+
+    def describe(self) -> list[str]:
+        """One line per documented distribution (the binding docstrings quote these lines)."""
+        lines = [
+            f"`{cls}`: median {d.median_tokens:g} tokens, sigma {d.sigma:g}, "
+            f"clip [{d.min_tokens}, {d.max_tokens}]"
+            for cls, d in sorted(self.lengths.items())
+        ]
+        lines.append(f"accept by round: {', '.join(f'{p:g}' for p in self.accept_by_round)}")
+        lines.append(f"converge by round: {', '.join(f'{p:g}' for p in self.converge_by_round)}")
+        lines.append(
+            f"spawn weights (1..n children): {', '.join(f'{w:g}' for w in self.spawn_weights)}"
+        )
+        lines.append(f"vote agreement: {self.vote_agreement:g}")
+        return lines
+
+
+def derive_seed(*parts: object) -> int:
+    """A 64-bit seed from the parts' text, stable across processes (SHA-256, not `hash()`)."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def synthetic_text(num_tokens: int, seed: int) -> str:
+    """Deterministic filler text of exactly `num_tokens` whitespace-separated words."""
+    if num_tokens < 0:
+        raise ConfigError(f"num_tokens must be >= 0, got {num_tokens}")
+    picks = np.random.default_rng(derive_seed("text", seed)).integers(0, len(_WORDS), num_tokens)
+    return " ".join(_WORDS[i] for i in picks)
+
+
+def synthetic_token_ids(num_tokens: int, seed: int, vocab_size: int) -> list[int]:
+    """Deterministic token ids in [0, vocab_size) of length `num_tokens`."""
+    if num_tokens < 0 or vocab_size < 1:
+        raise ConfigError(
+            f"need num_tokens >= 0 and vocab_size >= 1, got {num_tokens}, {vocab_size}"
+        )
+    rng = np.random.default_rng(derive_seed("ids", seed))
+    return [int(t) for t in rng.integers(0, vocab_size, num_tokens)]
+
+
+@dataclass(frozen=True, slots=True)
+class ContentModel:
+    """Seeded draws from a binding's `ContentProfile` for one run seed.
+
+    Every method takes the op's identity (`root`, `op`: any stable string such as the stage
+    instance and call index); the same (binding, seed, root, op) always gives the same draw.
+    """
+
+    binding_id: str
+    profile: ContentProfile
+    seed: int = 0
+    role_classes: Mapping[str, str] = field(default_factory=lambda: ROLE_CLASSES)
+
+    def rng(self, purpose: str, *, root: str, op: str) -> np.random.Generator:
+        """The generator for one decision of one op."""
+        return np.random.default_rng(derive_seed(self.binding_id, self.seed, root, op, purpose))
+
+    def length_dist(self, role: str) -> LengthDist:
+        """The length distribution of `role` (via its role class, else `default`)."""
+        cls = self.role_classes.get(role, role)
+        return self.profile.lengths.get(cls, self.profile.lengths["default"])
+
+    def output_tokens(self, role: str, *, root: str, op: str) -> int:
+        """The realized output length of a model call by `role`."""
+        return self.length_dist(role).sample(self.rng("length", root=root, op=op))
+
+    def accepts(self, round_index: int, *, root: str, op: str) -> bool:
+        """Whether the evaluator accepts the draft at 1-based refinement round `round_index`."""
+        return self._bernoulli(self.profile.accept_by_round, round_index, "accept", root, op)
+
+    def converges(self, round_index: int, *, root: str, op: str) -> bool:
+        """Whether the debate has converged after 1-based round `round_index`."""
+        return self._bernoulli(self.profile.converge_by_round, round_index, "converge", root, op)
+
+    def spawn_count(self, max_children: int, *, root: str, op: str) -> int:
+        """How many children a planner spawns, in [1, max_children]."""
+        if max_children < 1:
+            raise ConfigError(f"max_children must be >= 1, got {max_children}")
+        weights = np.zeros(max_children)
+        n = min(max_children, len(self.profile.spawn_weights))
+        weights[:n] = self.profile.spawn_weights[:n]
+        if weights.sum() == 0:  # every weighted count exceeds the cap: spawn the cap
+            return max_children
+        rng = self.rng("spawn", root=root, op=op)
+        return int(rng.choice(max_children, p=weights / weights.sum())) + 1
+
+    def votes(self, num_voters: int, *, root: str, op: str) -> list[int]:
+        """Each voter's answer label: 0 is the plurality answer (w.p. `vote_agreement`);
+        a dissenting voter picks one of two alternative labels, 1 or 2."""
+        rng = self.rng("vote", root=root, op=op)
+        agree = rng.random(num_voters) < self.profile.vote_agreement
+        alternatives = rng.integers(1, 3, num_voters)
+        return [0 if a else int(alt) for a, alt in zip(agree, alternatives, strict=True)]
+
+    def payload_text(self, num_tokens: int, *, root: str, op: str) -> str:
+        """Synthetic output text of the realized length for op (`root`, `op`)."""
+        return synthetic_text(num_tokens, derive_seed(self.binding_id, self.seed, root, op))
+
+    def payload_token_ids(
+        self, num_tokens: int, vocab_size: int, *, root: str, op: str
+    ) -> list[int]:
+        """Synthetic output token ids of the realized length for op (`root`, `op`)."""
+        seed = derive_seed(self.binding_id, self.seed, root, op)
+        return synthetic_token_ids(num_tokens, seed, vocab_size)
+
+    def _bernoulli(
+        self, table: tuple[float, ...], round_index: int, purpose: str, root: str, op: str
+    ) -> bool:
+        if round_index < 1:
+            raise ConfigError(f"round_index is 1-based, got {round_index}")
+        p = table[min(round_index, len(table)) - 1]
+        return bool(self.rng(purpose, root=root, op=op).random() < p)

@@ -1,0 +1,1 @@
+"""Shipped data files of the bindings (JSONL package data; see each binding module)."""

@@ -1,0 +1,117 @@
+"""The `science_qa` binding: four-option multiple-choice science questions.
+
+Data: `data/science_qa.jsonl`, 23 questions (id, question, choices A–D, answer letter), written
+for this project; option order was shuffled once with a fixed seed so answer letters do not cycle.
+Evaluation: the chosen letter (after "answer", a lone letter, "(B)" / "B)", or the one option
+whose text the answer quotes) must equal the key; score 1 or 0.
+
+Content model (simulator) — output tokens per role class, then decision probabilities:
+
+- `critic`: median 140 tokens, sigma 0.5, clip [10, 600]
+- `debater`: median 200 tokens, sigma 0.5, clip [20, 800]
+- `default`: median 150 tokens, sigma 0.5, clip [10, 800]
+- `judge`: median 60 tokens, sigma 0.5, clip [5, 300]
+- `solver`: median 160 tokens, sigma 0.6, clip [10, 800]
+- accept by round: 0.55, 0.8, 0.9
+- converge by round: 0.4, 0.7, 0.9
+- spawn weights (1..n children): 0.5, 0.35, 0.15
+- vote agreement: 0.78
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from maserve_prefect.bindings.base import (
+    ShippedBinding,
+    answer_text,
+    instance_ids,
+    load_jsonl,
+    normalize,
+    provenance,
+    role_prompts,
+)
+from maserve_prefect.bindings.content import ContentProfile, LengthDist
+
+from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
+
+_FILE, _FIELDS = "science_qa.jsonl", ("id", "question", "choices", "answer")
+_LETTERS = "ABCD"
+_MARKED = re.compile(r"answer\s*(?:is|:|=)?\s*(?:option\s*)?\(?([A-D])\b\)?", re.IGNORECASE)
+_BRACKETED = re.compile(r"\(([A-D])\)|\b([A-D])\)")
+
+_FRAMING = (
+    "Task: answer a multiple-choice science question. Exactly one option is right. "
+    "End with 'Answer: <letter>'."
+)
+
+
+def chosen_letter(text: str, choices: dict[str, str]) -> str | None:
+    """The option letter an answer picks, or None if it picks none unambiguously.
+
+    Examples:
+        >>> chosen_letter("I think the answer is (c).", {"A": "x", "B": "y", "C": "z", "D": "w"})
+        'C'
+    """
+    marked = _MARKED.findall(text)
+    if marked:
+        return marked[-1].upper()
+    stripped = text.strip().strip(".:)(").upper()
+    if len(stripped) == 1 and stripped in _LETTERS:
+        return stripped
+    bracketed = _BRACKETED.findall(text)
+    if bracketed:
+        first, second = bracketed[-1]
+        return (first or second).upper()
+    norm = normalize(text)
+    quoted = [k for k, v in choices.items() if normalize(v) in norm]
+    return quoted[0] if len(quoted) == 1 else None
+
+
+class ScienceQABinding(ShippedBinding):
+    """Multiple-choice science; letter match.
+
+    Examples:
+        >>> b = ScienceQABinding()
+        >>> inst = b.instance("sci-02")
+        >>> b.evaluate(inst, "Answer: " + b.record("sci-02")["answer"]).passed
+        True
+    """
+
+    data_file = _FILE
+    required_fields = _FIELDS
+    info: ClassVar[BindingInfo] = BindingInfo(
+        binding_id="science_qa",
+        provenance=provenance("hand-written questions; options shuffled with a fixed seed"),
+        instance_ids=instance_ids(load_jsonl(_FILE, _FIELDS)),
+        role_prompts=role_prompts(_FRAMING),
+        tools=(),
+        description="Four-option science questions; letter match.",
+    )
+    content_profile = ContentProfile(
+        lengths={
+            "solver": LengthDist(160, 0.6, 10, 800),
+            "debater": LengthDist(200, 0.5, 20, 800),
+            "critic": LengthDist(140, 0.5, 10, 600),
+            "judge": LengthDist(60, 0.5, 5, 300),
+            "default": LengthDist(150, 0.5, 10, 800),
+        },
+        accept_by_round=(0.55, 0.8, 0.9),
+        converge_by_round=(0.4, 0.7, 0.9),
+        spawn_weights=(0.5, 0.35, 0.15),
+        vote_agreement=0.78,
+    )
+
+    def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:
+        options = "\n".join(f"{k}. {v}" for k, v in sorted(record["choices"].items()))
+        return {
+            "task": {"question": f"{record['question']}\n{options}", "choices": record["choices"]}
+        }
+
+    def evaluate(self, instance: TaskInstance, answer: Answer) -> Quality:
+        """Letter match against the key."""
+        rec = self.record(instance.instance_id)
+        got = chosen_letter(answer_text(answer), rec["choices"])
+        ok = got == rec["answer"]
+        return Quality(float(ok), ok, f"expected {rec['answer']}, got {got or 'no letter'}")

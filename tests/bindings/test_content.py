@@ -1,0 +1,143 @@
+"""The simulator content model: seeded, order-independent, documented beside each binding."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from maserve_prefect.bindings import content_model_for, get_binding, list_bindings
+from maserve_prefect.bindings.content import (
+    ContentModel,
+    ContentProfile,
+    LengthDist,
+    synthetic_text,
+    synthetic_token_ids,
+)
+
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.spec.binding import BindingInfo, TaskBinding
+
+
+def make_model(seed: int = 0, **profile: object) -> ContentModel:
+    lengths = {"default": LengthDist(200, 0.5, 20, 800), "judge": LengthDist(50, 0.2, 5, 100)}
+    return ContentModel("demo", ContentProfile(lengths=lengths, **profile), seed)  # type: ignore[arg-type]
+
+
+def draws(model: ContentModel, root: str = "r0") -> list[object]:
+    return [
+        model.output_tokens("solver", root=root, op="s/0"),
+        model.output_tokens("judge", root=root, op="j/0"),
+        model.accepts(2, root=root, op="c/1"),
+        model.converges(1, root=root, op="d/1"),
+        model.spawn_count(4, root=root, op="p/0"),
+        model.votes(5, root=root, op="v/0"),
+        model.payload_text(7, root=root, op="s/0"),
+        model.payload_token_ids(5, 32000, root=root, op="s/0"),
+    ]
+
+
+def test_same_seed_same_draws_in_any_order() -> None:
+    a, b = make_model(1), make_model(1)
+    first = draws(a)
+    draws(b, root="other")  # unrelated draws in between must not shift the stream
+    assert draws(b) == first
+
+
+def test_different_seeds_and_roots_differ() -> None:
+    base = [make_model(0).output_tokens("solver", root=f"r{i}", op="s") for i in range(20)]
+    other = [make_model(1).output_tokens("solver", root=f"r{i}", op="s") for i in range(20)]
+    assert base != other
+    assert len(set(base)) > 5
+
+
+def test_stable_across_processes() -> None:
+    code = (
+        "from maserve_prefect.bindings import get_binding;"
+        "m = get_binding('math').content_model(3);"
+        "print(m.output_tokens('solver', root='r', op='o'), m.spawn_count(4, root='r', op='o'))"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+            env={"PYTHONHASHSEED": str(h), "PATH": "/usr/bin:/bin"},
+        ).stdout
+        for h in (1, 2)
+    }  # fmt: skip
+    assert len(outs) == 1
+
+
+def test_length_distribution_matches_documented_median() -> None:
+    model = make_model()
+    samples = np.array([model.output_tokens("solver", root=f"r{i}", op="x") for i in range(2000)])
+    assert samples.min() >= 20 and samples.max() <= 800
+    assert 180 <= np.median(samples) <= 220
+    judged = [model.output_tokens("judge", root=f"r{i}", op="x") for i in range(200)]
+    assert max(judged) <= 100
+
+
+def test_probabilities_follow_the_tables() -> None:
+    model = make_model(accept_by_round=(0.0, 1.0), vote_agreement=1.0, spawn_weights=(0.0, 1.0))
+    assert not any(model.accepts(1, root=f"r{i}", op="c") for i in range(50))
+    assert all(model.accepts(5, root=f"r{i}", op="c") for i in range(50))  # last entry repeats
+    assert model.votes(4, root="r", op="v") == [0, 0, 0, 0]
+    assert {model.spawn_count(4, root=f"r{i}", op="p") for i in range(30)} == {2}
+    assert model.spawn_count(1, root="r", op="p") == 1  # all weight above the cap
+
+
+def test_converge_rate_is_roughly_its_probability() -> None:
+    model = make_model(converge_by_round=(0.3,))
+    rate = np.mean([model.converges(1, root=f"r{i}", op="d") for i in range(2000)])
+    assert 0.25 < rate < 0.35
+
+
+@given(n=st.integers(0, 300), seed=st.integers(0, 2**32))
+@settings(max_examples=40, deadline=None)
+def test_synthetic_payloads_have_exact_lengths(n: int, seed: int) -> None:
+    assert len(synthetic_text(n, seed).split()) == n
+    ids = synthetic_token_ids(n, seed, 1000)
+    assert len(ids) == n and all(0 <= t < 1000 for t in ids)
+    assert synthetic_text(n, seed) == synthetic_text(n, seed)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: LengthDist(10, 0.5, 20, 100),
+        lambda: LengthDist(50, -1, 20, 100),
+        lambda: ContentProfile(lengths={"solver": LengthDist(50, 0.5, 20, 100)}),
+        lambda: make_model(accept_by_round=(1.5,)),
+        lambda: make_model(spawn_weights=(0.0,)),
+        lambda: make_model().accepts(0, root="r", op="o"),
+        lambda: synthetic_text(-1, 0),
+    ],
+)
+def test_bad_profiles_and_arguments_raise(bad: object) -> None:
+    with pytest.raises(ConfigError):
+        bad()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("name", list_bindings())
+def test_distributions_are_documented_beside_each_binding(name: str) -> None:
+    binding = get_binding(name)
+    doc = importlib.import_module(type(binding).__module__).__doc__ or ""
+    for line in binding.content_profile.describe():
+        assert line in doc, f"{name}: docstring lacks {line!r}"
+
+
+def test_user_binding_gets_default_content_model() -> None:
+    class Tiny(TaskBinding):
+        info = BindingInfo(binding_id="tiny", instance_ids=("a",))
+
+        def instance(self, instance_id):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+        def evaluate(self, instance, answer):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+    model = content_model_for(Tiny(), seed=2)
+    assert model.binding_id == "tiny" and model.output_tokens("x", root="r", op="o") >= 20
