@@ -90,3 +90,12 @@ def calibrate(
     path = out or user_devices_dir() / f"{_slug(gpu)}.yaml"
     write_device_file(entry, path)
     console.print(f"wrote {path}")
+
+
+def _mount_replay() -> None:
+    from maserve_prefect.cli.sim_replay import replay
+
+    app.command("replay")(replay)
+
+
+_mount_replay()

@@ -50,6 +50,8 @@ class Request:
         priority: lower runs first under priority scheduling (vLLM convention).
         cache_salt: isolates prefix-cache reuse to requests with the same salt.
         tags: opaque ids (op id, root id) so step records join back to the ops that issued them.
+        messages: the chat messages as (role, content) pairs, for engines that generate text
+            (OpenAI-compatible servers); the simulator schedules on the token form alone.
     """
 
     request_id: str
@@ -63,6 +65,7 @@ class Request:
     priority: int = 0
     cache_salt: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    messages: tuple[tuple[str, str], ...] | None = None
 
     def __post_init__(self) -> None:
         where = f"request {self.request_id!r}"
@@ -175,6 +178,8 @@ class Outcome:
     finish_s: float
     notes: tuple[str, ...] = ()
     error: str | None = None
+    output_text: str | None = None
+    output_token_ids: tuple[int, ...] | None = None
 
 
 class Ticket:

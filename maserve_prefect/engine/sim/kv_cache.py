@@ -165,6 +165,24 @@ class KVCacheManager:
             if self.ref_cnt[b] == 0:
                 self.free_queue[b] = None
 
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached hash and restore the initial free order (vLLM `reset_prefix_cache`).
+
+        Only valid when no request holds blocks (sleep discards the KV cache). Counters stay:
+        they are Prometheus totals over the replica's life.
+
+        Raises:
+            SimulationError: some request still holds blocks.
+        """
+        if self.req_blocks:
+            raise SimulationError(
+                f"reset_prefix_cache with {len(self.req_blocks)} requests holding blocks; "
+                "free them (finish or abort) first"
+            )
+        self.block_hash = [None] * self.num_blocks
+        self.cached.clear()
+        self.free_queue = OrderedDict.fromkeys(range(self.num_blocks))
+
     # -- checks ----------------------------------------------------------------------------
 
     def check_invariants(self) -> None:

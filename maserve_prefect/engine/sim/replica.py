@@ -139,6 +139,8 @@ class SimReplica:
         self._start_pending = False
         self._paused = False
         self._accepting = True
+        self._closed_reason = ""
+        self.lifecycle_label = ""  # set by a Pool ("loading", "asleep", ...); "" = derived
         self._idle_cbs: list[Callable[[], None]] = []
         self._peek: Callable[[], float] | None = getattr(clock, "peek", None)
 
@@ -189,6 +191,7 @@ class SimReplica:
 
     def state(self) -> EngineState:
         lifecycle = "paused" if self._paused else ("running" if self._accepting else "draining")
+        lifecycle = self.lifecycle_label or lifecycle
         return EngineState(
             name=self.name,
             deployment=self.deployment,
@@ -213,9 +216,36 @@ class SimReplica:
         self._paused = False
         self._kick()
 
-    def set_accepting(self, accepting: bool) -> None:
-        """Drain (False): new submissions are REJECTED while queued work runs to completion."""
+    def set_accepting(self, accepting: bool, reason: str = "") -> None:
+        """Drain (False): new submissions are REJECTED while queued work runs to completion.
+
+        `reason` replaces the default "draining" in rejections (a Pool says "loading", ...).
+        """
         self._accepting = accepting
+        self._closed_reason = reason
+
+    @property
+    def accepting(self) -> bool:
+        """Whether `submit` currently accepts work (False while draining or not ready)."""
+        return self._accepting
+
+    @property
+    def num_outstanding(self) -> int:
+        """Accepted requests not yet finished (what least-outstanding routing compares)."""
+        return len(self._by_id)
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix block (vLLM `reset_prefix_cache`); only when idle.
+
+        Raises:
+            SimulationError: the replica still has work (its blocks are in use).
+        """
+        if not self.is_idle:
+            raise SimulationError(
+                f"{self.name}: reset_prefix_cache with {len(self._by_id)} requests in flight; "
+                "wait for on_idle first"
+            )
+        self.kv.reset_prefix_cache()
 
     @property
     def is_idle(self) -> bool:
@@ -234,7 +264,7 @@ class SimReplica:
     def _rejection(self, request: Request) -> str:
         rid = request.request_id
         if not self._accepting:
-            return f"replica {self.name} is draining"
+            return self._closed_reason or f"replica {self.name} is draining"
         if self.deployment and request.deployment != self.deployment:
             return f"replica {self.name} serves {self.deployment!r}, not {request.deployment!r}"
         if rid in self._by_id:

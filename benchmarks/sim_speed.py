@@ -1,0 +1,143 @@
+"""Simulator speed: simulated seconds per wall second replaying the shared Mooncake trace.
+
+Usage:
+    python benchmarks/sim_speed.py [--trace PATH] [--replicas N] [--copies 1 2 4]
+
+Replays the trace on H100s serving Qwen3-8B (one replica per GPU) as 1x, 2x and 4x copies
+concatenated in time (copy j shifted by j * span and its prefix-hash ids offset so copies share
+no cache), so the load per unit time stays the same and the work grows linearly. Without
+`--replicas` it first picks N: the smallest replica count whose p99 TTFT on 1x is within 1.5x
+of the p99 at the largest count tried (where p99 TTFT stops exploding).
+
+Per run it prints events (arrivals + step records), simulated span, wall seconds, simulated-s
+per wall-s, and wall time relative to 1x (linear cost: ~2 and ~4). A 1x run with fast-forward
+off gives the baseline ratio. The goal line is >= 1000 simulated s per wall s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from maserve_prefect.engine.sim.kernel import Kernel
+from maserve_prefect.engine.sim.pool import Deployment, SimPool
+from maserve_prefect.engine.sim.trace_replay import ReplayResult, replay_requests
+from maserve_prefect.trace.model import Trace
+from maserve_prefect.trace.mooncake import import_mooncake
+
+DEFAULT_TRACE = (
+    Path(__file__).resolve().parents[1]
+    / ".."
+    / "shared"
+    / "data"
+    / "traces"
+    / "mooncake_synthetic_trace.jsonl"
+)
+GOAL = 1000.0
+
+
+def copies(trace: Trace, n: int) -> Trace:
+    """`n` copies of `trace` back to back: copy j shifted by j * span, hash ids offset."""
+    times = [op.times.submitted_s or 0.0 for op in trace.ops]
+    span = max(times) - min(times)
+    max_hash = max((h for op in trace.ops for h in op.prefix_block_hashes), default=0) + 1
+    roots, ops = [], []
+    for j in range(n):
+        dt = j * span
+        for root in trace.roots:
+            roots.append(
+                root.model_copy(
+                    update={"root_id": f"{root.root_id}-c{j}", "arrival_s": root.arrival_s + dt}
+                )
+            )
+        for op in trace.ops:
+            t = (op.times.submitted_s or 0.0) + dt
+            ops.append(
+                op.model_copy(
+                    update={
+                        "op_id": f"{op.op_id}-c{j}",
+                        "root_id": f"{op.root_id}-c{j}",
+                        "prefix_block_hashes": tuple(
+                            h + j * max_hash for h in op.prefix_block_hashes
+                        ),
+                        "times": op.times.model_copy(update={"submitted_s": t, "ready_s": t}),
+                    }
+                )
+            )
+    return Trace.model_construct(
+        manifest=trace.manifest, roots=roots, stages=[], sessions=[], ops=ops, samples=[]
+    )
+
+
+def run(trace: Trace, replicas: int, fast_forward: bool = True) -> tuple[ReplayResult, float]:
+    """Load `replicas` H100 replicas, replay; wall seconds of the replay alone."""
+    kernel = Kernel()
+    pool = SimPool(kernel, [f"H100:{i}" for i in range(replicas)])
+    dep = Deployment("q", "Qwen3-8B", scheduler=(("fast_forward", fast_forward),))
+    for d in pool.devices():
+        pool.load(dep, d)
+    kernel.run()
+    t0 = time.perf_counter()
+    res = replay_requests(trace, pool, "q")
+    return res, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--replicas", type=int, default=0, help="skip the sweep and use N")
+    ap.add_argument("--copies", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--sweep", type=int, nargs="+", default=[2, 4, 6, 8])
+    args = ap.parse_args()
+    console = Console(width=120)
+    base = import_mooncake(args.trace).trace
+    n = args.replicas
+    if not n:
+        sweep = Table(title="replica sweep on 1x (p99 TTFT)")
+        for col in ("replicas", "p50 TTFT s", "p99 TTFT s", "wall s"):
+            sweep.add_column(col, justify="right")
+        p99 = {}
+        for r in args.sweep:
+            res, wall = run(base, r)
+            p99[r] = res.ttft().p99
+            sweep.add_row(str(r), f"{res.ttft().p50:.3f}", f"{p99[r]:.3f}", f"{wall:.2f}")
+        console.print(sweep)
+        floor = p99[max(args.sweep)]
+        n = min(r for r in args.sweep if p99[r] <= 1.5 * floor)
+        console.print(f"picked {n} replicas (p99 TTFT within 1.5x of {floor:.3f} s)")
+    table = Table(title=f"Qwen3-8B on {n} x H100, Mooncake synthetic trace")
+    for col in ("run", "requests", "events", "sim span s", "wall s", "sim-s / wall-s", "wall / 1x"):
+        table.add_column(col, justify="right")
+    wall_1x = None
+    for c in args.copies:
+        res, wall = run(copies(base, c) if c > 1 else base, n)
+        wall_1x = wall if wall_1x is None else wall_1x
+        table.add_row(
+            f"{c}x",
+            str(len(res.requests)),
+            str(res.num_events),
+            f"{res.span_s:.0f}",
+            f"{wall:.2f}",
+            f"{res.span_s / wall:.0f}",
+            f"{wall / wall_1x:.2f}",
+        )
+    res, wall = run(base, n, fast_forward=False)
+    table.add_row(
+        "1x, fast-forward off",
+        str(len(res.requests)),
+        str(res.num_events),
+        f"{res.span_s:.0f}",
+        f"{wall:.2f}",
+        f"{res.span_s / wall:.0f}",
+        f"{wall / (wall_1x or wall):.2f}",
+    )
+    console.print(table)
+    console.print(f"goal: >= {GOAL:.0f} simulated s per wall s on this machine")
+
+
+if __name__ == "__main__":
+    main()
