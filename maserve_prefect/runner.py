@@ -24,6 +24,7 @@ wrap other runners' processes; the harness itself stays in the process that buil
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -37,14 +38,13 @@ from prefect.task_runners import TaskRunner
 from prefect.utilities.collections import visit_collection
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.runtime.harness import Harness, active_harness, get_harness
+from maserve_prefect.runtime.harness import Harness, active_harness, bound, get_harness
 from maserve_prefect.runtime.oprun import OpRun, current_scope, running
 from maserve_prefect.runtime.plans import Unit
-from maserve_prefect.trace.model import EdgeKind, OpKind, OpStatus
+from maserve_prefect.tasks.ops_common import op_kind_of
+from maserve_prefect.trace.model import EdgeKind, OpStatus
 
 _participant = threading.local()
-
-OP_KIND_TAG = "maserve.op_kind"
 
 
 def _is_participant() -> bool:
@@ -208,7 +208,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             op_id = harness.new_op_id(s)
         else:
             op_id = f"{s.root_id}/{s.stage_id}/{task.name}/{task_run_id.hex[:8]}"
-        kind = _kind_from_tags(task.tags) or OpKind.TRANSFORM
+        kind = op_kind_of(task)
         node = _Node(
             task_run_id=task_run_id,
             op=OpRun(op_id=op_id, scope=s, kind=kind, task_name=task.name),
@@ -299,7 +299,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             self._check_near_ready(d)
         state: Any = None
         try:
-            with running(node.op):
+            with running(node.op), _bind(harness):
                 state = run_task_sync(
                     task=node.task,
                     task_run_id=node.task_run_id,
@@ -326,15 +326,12 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
                 harness.gate.leave()
 
 
+def _bind(harness: Harness | None) -> contextlib.AbstractContextManager[Any]:
+    return bound(harness) if harness is not None else contextlib.nullcontext()
+
+
 def _future_done(f: PrefectFuture[Any]) -> bool:
     wrapped = getattr(f, "wrapped_future", None)
     if isinstance(wrapped, concurrent.futures.Future):
         return wrapped.done()
     return f.state.is_final()
-
-
-def _kind_from_tags(tags: Iterable[str]) -> OpKind | None:
-    for tag in tags:
-        if tag.startswith(OP_KIND_TAG + ":"):
-            return OpKind(tag.split(":", 1)[1])
-    return None

@@ -14,7 +14,7 @@ time, or under the gate's lock in wall time), so the books need no locks of thei
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from maserve_prefect.engine.protocol import (
@@ -77,7 +77,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        replicas: Callable[[], list[Replica]] | Callable[[], tuple[Replica, ...]],
+        replicas: Callable[[], Sequence[Replica]],
         now: Callable[[], float],
         plan: str | Plan = "fcfs",
     ) -> None:

@@ -10,10 +10,12 @@ thread on the lockstep gate until the outcome arrives.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from maserve_prefect.engine.protocol import Control, Outcome, OutcomeStatus, Request
 from maserve_prefect.errors import ConfigError
@@ -21,8 +23,12 @@ from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.lockstep import Gate
 from maserve_prefect.runtime.oprun import OpCounter, OpRun, Scope
 from maserve_prefect.runtime.plans import Unit
+from maserve_prefect.runtime.state import StateStore
 from maserve_prefect.trace.cas import BlobStore, MemoryStore
 from maserve_prefect.trace.ledger import Ledger
+
+if TYPE_CHECKING:
+    from maserve_prefect.bindings.content import ContentModel
 from maserve_prefect.trace.model import (
     Manifest,
     OpRecord,
@@ -62,12 +68,17 @@ class Harness:
         dispatcher: Dispatcher | None = None,
         ledger: Ledger | None = None,
         store: BlobStore | None = None,
+        content: ContentModel | None = None,
+        engine_kind: str = "sim",
     ) -> None:
         self.gate = gate
         self.manifest = manifest
         self.dispatcher = dispatcher
         self.ledger = ledger
         self.store: BlobStore = store or (ledger.cas if ledger is not None else MemoryStore())
+        self.content = content
+        self.engine_kind = engine_kind
+        self.state = StateStore()
         self.counter = OpCounter()
         self.book = RunBook()
         self._lock = threading.Lock()
@@ -109,12 +120,16 @@ class Harness:
                     self.ledger.add_session(self.trace_id, session)
 
     def new_op_id(self, s: Scope) -> str:
-        n = self.counter.next(s.root_id)
+        """`root/stage/session/n`, n counting that session's ops.
+
+        A session's ops are submitted by one thread in program order, so n — and the id — is
+        reproducible even when branches of one root submit from several threads.
+        """
         parts = [s.root_id, s.stage_id or "main"]
         if s.session_id:
             parts.append(s.session_id)
-        parts.append(str(n))
-        return "/".join(parts)
+        prefix = "/".join(parts)
+        return f"{prefix}/{self.counter.next(prefix)}"
 
     # -- ops -------------------------------------------------------------------------------
 
@@ -186,6 +201,36 @@ class Harness:
 
 
 _KEYS = itertools.count()
+_CURRENT: contextvars.ContextVar[Harness | None] = contextvars.ContextVar(
+    "maserve_harness", default=None
+)
+
+
+def current_harness() -> Harness:
+    """The harness of the op the calling thread runs (set by the task runner).
+
+    Raises:
+        ConfigError: outside an op run by `MAServeTaskRunner` under a harness.
+    """
+    h = _CURRENT.get() or active_harness()
+    if h is None:
+        raise ConfigError(
+            "no maserve harness here: ops run under MAServeTaskRunner inside `maserve run` or "
+            "`with activate(Harness(...))`"
+        )
+    return h
+
+
+@contextlib.contextmanager
+def bound(h: Harness) -> Iterator[Harness]:
+    """Bind `h` as the current harness of the calling thread for the block."""
+    token = _CURRENT.set(h)
+    try:
+        yield h
+    finally:
+        _CURRENT.reset(token)
+
+
 _HARNESSES: dict[str, Harness] = {}
 _ACTIVE: list[str] = []
 _REG_LOCK = threading.Lock()

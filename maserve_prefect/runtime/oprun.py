@@ -2,8 +2,8 @@
 
 Flows say where they are with `scope(...)` (root, stage instance, session, role, iteration); the
 task runner reads the scope when an op is submitted — in the submitting (flow) thread — and gives
-the op a hierarchical, deterministic id `"{root}/{stage}/{session}/{n}"` (n counts the root's ops
-in submission order; one flow thread submits a root's ops, so n is reproducible). While the op
+the op a hierarchical, deterministic id `"{root}/{stage}/{session}/{n}"` (n counts the session's ops in submission
+order; one thread submits a session's ops, so n is reproducible). While the op
 runs, `current_op()` returns its `OpRun`, where operations (model_call, tool_call, ...) write what
 they realized; the runner turns it into an immutable `OpRecord` when the op ends.
 """
@@ -89,16 +89,16 @@ def running(op: OpRun) -> Iterator[OpRun]:
 
 
 class OpCounter:
-    """Per-root op numbering (thread-safe; deterministic when a root has one submitting thread)."""
+    """Op numbering per key (thread-safe; deterministic when one thread submits under a key)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._next: dict[str, int] = {}
 
-    def next(self, root_id: str) -> int:
+    def next(self, key: str) -> int:
         with self._lock:
-            n = self._next.get(root_id, 0)
-            self._next[root_id] = n + 1
+            n = self._next.get(key, 0)
+            self._next[key] = n + 1
             return n
 
 

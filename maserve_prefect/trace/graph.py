@@ -42,7 +42,9 @@ def _last_attempts(ops: Iterable[OpRecord]) -> dict[str, OpRecord]:
     return {op.op_id: op for op in ops}
 
 
-def _build(records: dict[str, OpRecord], where: str) -> nx.DiGraph:
+def _build(
+    records: dict[str, OpRecord], where: str, elsewhere: frozenset[str] = frozenset()
+) -> nx.DiGraph:
     g = nx.DiGraph()
     for op in records.values():
         g.add_node(
@@ -55,6 +57,8 @@ def _build(records: dict[str, OpRecord], where: str) -> nx.DiGraph:
         )
     for op in records.values():
         for dep in op.deps:
+            if dep.op_id in elsewhere:
+                continue  # a cross-root dep (persistent memory): not part of this root's graph
             if dep.op_id not in records:
                 raise TraceValidationError(
                     f"op {op.op_id!r} depends on {dep.op_id!r}, which is not an op of {where}; "
@@ -83,7 +87,8 @@ def op_graph(trace: Trace, root_id: str | None = None) -> nx.DiGraph:
         A `DiGraph` with one node per op id (attributes above) and one edge per predecessor pair.
 
     Raises:
-        TraceValidationError: a dep names an op that is not in the graph, or `root_id` is unknown.
+        TraceValidationError: a dep names an op that is not in the trace, or `root_id` is unknown.
+            A root's graph leaves out deps on other roots' ops (persistent-memory state edges).
 
     Examples:
         >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
@@ -100,7 +105,8 @@ def op_graph(trace: Trace, root_id: str | None = None) -> nx.DiGraph:
             f"root {root_id!r} is not in trace {trace.manifest.trace_id!r}; "
             "pick one of its roots (see `maserve trace stats`)"
         )
-    return _build(records, f"root {root_id!r}")
+    others = frozenset(op.op_id for op in trace.ops if op.root_id != root_id)
+    return _build(records, f"root {root_id!r}", others)
 
 
 def root_op_graphs(trace: Trace) -> Iterator[tuple[str, nx.DiGraph]]:
@@ -120,8 +126,10 @@ def root_op_graphs(trace: Trace) -> Iterator[tuple[str, nx.DiGraph]]:
     for op in trace.ops:
         by_root[op.root_id].append(op)
     order = list(dict.fromkeys([*(r.root_id for r in trace.roots), *by_root]))
+    all_ids = frozenset(op.op_id for op in trace.ops)
     for root_id in order:
-        yield root_id, _build(_last_attempts(by_root.get(root_id, ())), f"root {root_id!r}")
+        records = _last_attempts(by_root.get(root_id, ()))
+        yield root_id, _build(records, f"root {root_id!r}", all_ids - records.keys())
 
 
 def _model_successors(g: nx.DiGraph, start: str) -> set[str]:

@@ -1,0 +1,232 @@
+"""Native runs: realize N roots of a workflow on an engine, record the trace, return results.
+
+`run_native(...)` builds the harness (virtual clock + lockstep gate + simulated pool + dispatcher
++ ledger + the binding's content model), then starts one Prefect flow run per root — `maserve-root`
+with `MAServeTaskRunner` — each on its own thread counted by the gate. Roots arrive at the start
+(after the pool has loaded) unless an inter-arrival rate is given. Every root's final artifact is
+evaluated by the binding; on the simulator answers are synthetic text, so quality is reported but
+flagged as not meaningful.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from contextvars import copy_context
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from maserve_prefect.flows.compose import run_workload
+from maserve_prefect.flows.env import RootEnv, resolve
+from maserve_prefect.flows.workflows import Workflow, get_workflow
+from prefect import flow
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+from maserve_prefect.engine.sim.kernel import Kernel
+from maserve_prefect.engine.sim.pool import SimPool
+from maserve_prefect.runner import MAServeTaskRunner, mark_participant
+from maserve_prefect.runtime.dispatcher import Dispatcher
+from maserve_prefect.runtime.harness import Harness, activate
+from maserve_prefect.runtime.lockstep import VirtualGate
+from maserve_prefect.runtime.oprun import scope
+from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
+from maserve_prefect.spec.binding import Quality, TaskBinding
+from maserve_prefect.spec.io import spec_to_data
+from maserve_prefect.trace.ledger import Ledger
+from maserve_prefect.trace.model import Manifest, OpRecord, Trace
+
+
+@dataclass(slots=True)
+class RootResult:
+    """One root's outcome."""
+
+    root_id: str
+    instance_id: str
+    arrival_s: float
+    finish_s: float
+    quality: Quality | None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class NativeRun:
+    """What a native run produced."""
+
+    trace: Trace
+    roots: list[RootResult]
+    pool: SimPool
+    harness: Harness
+    flow_run_ids: list[str] = field(default_factory=list)
+    meaningful_quality: bool = False
+
+
+@dataclass(slots=True)
+class _RunConfig:
+    workflow: Workflow
+    binding: TaskBinding
+    deployments: Mapping[str, str]
+
+
+_CONFIGS: dict[str, _RunConfig] = {}
+
+
+@flow(
+    name="maserve-root",
+    task_runner=MAServeTaskRunner(max_workers=8),  # type: ignore[arg-type]
+    persist_result=False,
+    log_prints=False,
+    validate_parameters=False,
+)
+def root_flow(root_id: str, instance_id: str, run_key: str) -> dict[str, Any]:
+    """Realize one root: run the workflow's composition for one binding instance."""
+    cfg = _CONFIGS[run_key]
+    instance = cfg.binding.instance(instance_id)
+    with scope(root_id=root_id, workflow=cfg.workflow.name, stage_id="main"):
+        env = RootEnv(
+            root_id=root_id,
+            workflow=cfg.workflow.name,
+            spec=cfg.workflow.spec,
+            binding=cfg.binding,
+            instance=instance,
+            deployments=cfg.deployments,
+        )
+        for name, value in instance.inputs.items():
+            env.artifacts.setdefault(name, _input_artifact(name, value))
+        run_workload(env)
+        final = env.artifacts[cfg.workflow.final_artifact()]
+        answer = resolve(final)
+    quality = cfg.binding.evaluate(instance, answer.text)
+    return {"root_id": root_id, "answer": answer.digest, "quality": quality}
+
+
+def _input_artifact(name: str, value: Any) -> Any:
+    from maserve_prefect.tasks import Artifact
+
+    if isinstance(value, Mapping):
+        text = "\n".join(
+            f"{k}: {v}" for k, v in sorted(value.items()) if isinstance(v, str | int | float)
+        )
+        return Artifact(
+            name, text, {k: v for k, v in value.items() if isinstance(v, str | int | float | bool)}
+        )
+    return Artifact(name, str(value))
+
+
+def run_native(
+    workflow: str | Workflow,
+    binding: str | TaskBinding | None = None,
+    *,
+    users: int = 1,
+    seed: int = 0,
+    pool: PoolFile | None = None,
+    ledger: Ledger | None = None,
+    arrival_rate: float | None = None,
+    trace_id: str | None = None,
+) -> NativeRun:
+    """Realize `users` roots of `workflow` on the simulator (see the module docstring)."""
+    from maserve_prefect.bindings import content_model_for, get_binding
+
+    wf = get_workflow(workflow) if isinstance(workflow, str) else workflow
+    b = (
+        get_binding(binding or wf.default_binding)
+        if not isinstance(binding, TaskBinding)
+        else binding
+    )
+    pool_file = pool or default_pool_file()
+    kernel = Kernel()
+    sim_pool = build_sim_pool(pool_file, kernel)
+    start_s = kernel.now()
+    gate = VirtualGate(kernel)
+    dispatcher = Dispatcher(sim_pool.replicas, kernel.now)
+    manifest = Manifest(
+        trace_id=trace_id or f"{wf.name}-{b.binding_id}-s{seed}-u{users}",
+        workload_spec=spec_to_data(wf.spec),
+        binding_ids=(b.binding_id,),
+        engine="sim",
+        mode="native",
+        seeds={"seed": seed},
+        notes={"pool": pool_file.model_dump(mode="json", exclude={"source"})},
+    )
+    harness = Harness(
+        gate, manifest, dispatcher=dispatcher, ledger=ledger, content=content_model_for(b, seed)
+    )
+    deployments = {
+        p.deployment: pool_file.resolve(p.deployment)
+        for s in wf.spec.stages
+        for p in s.participants
+    }
+    key = harness.key
+    _CONFIGS[key] = _RunConfig(wf, b, deployments)
+    ids = list(b.info.instance_ids)
+    rng = np.random.default_rng(seed)
+    order = [ids[i] for i in rng.permutation(len(ids))]
+    gaps = rng.exponential(1.0 / arrival_rate, users) if arrival_rate else np.zeros(users)
+    arrivals = start_s + np.cumsum(gaps) - (gaps[0] if users else 0.0)
+    results: list[RootResult | None] = [None] * users
+    lock = threading.Lock()
+    # Short root flows: no heartbeat thread (it adds up to a second per flow run at exit).
+    quiet = temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+    try:
+        with quiet, gate, activate(harness):
+            gate.admit()
+            threads = []
+            for i in range(users):
+                root_id = f"r{i:04d}"
+                instance_id = order[i % len(order)]
+                delay = float(arrivals[i]) - kernel.now()
+                if delay > 0:
+                    gate.sleep(delay, what=f"arrival of {root_id}")
+                gate.admit()
+                th = threading.Thread(
+                    target=copy_context().run,
+                    args=(_root_body, harness, key, root_id, instance_id, results, i, lock),
+                    name=f"maserve-root-{root_id}",
+                )
+                threads.append(th)
+                th.start()
+            gate.leave()
+            for th in threads:
+                th.join()
+    finally:
+        _CONFIGS.pop(key, None)
+    trace = Trace(
+        manifest=manifest,
+        roots=list(harness.book.roots.values()),
+        stages=list(harness.book.stages.values()),
+        sessions=list(harness.book.sessions.values()),
+        ops=sorted(harness.book.ops, key=_op_key),
+    )
+    return NativeRun(
+        trace=trace, roots=[r for r in results if r is not None], pool=sim_pool, harness=harness
+    )
+
+
+def _op_key(op: OpRecord) -> tuple[str, str]:
+    return (op.root_id, op.op_id)
+
+
+def _root_body(
+    harness: Harness,
+    key: str,
+    root_id: str,
+    instance_id: str,
+    results: list[RootResult | None],
+    i: int,
+    lock: threading.Lock,
+) -> None:
+    mark_participant(True)
+    arrival = harness.gate.now()
+    quality: Quality | None = None
+    error: str | None = None
+    try:
+        out = root_flow(root_id, instance_id, key)
+        quality = out["quality"]
+    except Exception as exc:  # a failed root is reported, the run goes on
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        finish = harness.gate.now()
+        with lock:
+            results[i] = RootResult(root_id, instance_id, arrival, finish, quality, error)
+        mark_participant(False)
+        harness.gate.leave()

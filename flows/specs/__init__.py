@@ -1,0 +1,1 @@
+"""Workload specs of the shipped workflows (YAML)."""

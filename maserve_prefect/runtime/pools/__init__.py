@@ -1,0 +1,1 @@
+"""Shipped pool files."""

@@ -1,0 +1,171 @@
+"""`model_call`: one LLM call as a Prefect task, recorded as a model op.
+
+It builds the messages from the stage's context rule, sends the request to the engine through the
+harness's dispatcher, and returns an `Artifact`. On the simulator there is no text: the output
+length and the template decisions (accept, converge, spawn count, vote) are drawn from the
+binding's seeded content model, and the payload is deterministic synthetic text of the realized
+length — stored in the CAS like a real output. On a real engine the output text comes back and
+decisions are parsed from it (ACCEPT/REVISE, AGREE, the first integer, the final answer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from maserve_prefect.tasks.artifact import Artifact, FieldValue
+from maserve_prefect.tasks.context import FULL_CONTEXT, ContextSpec, Message, build_messages
+from maserve_prefect.tasks.ops_common import op_task, this_op
+from maserve_prefect.tasks.tokens import chat_token_ids, count_tokens
+
+from maserve_prefect.engine.protocol import OutcomeStatus, Request
+from maserve_prefect.errors import EngineError
+from maserve_prefect.runtime.harness import Harness
+from maserve_prefect.runtime.oprun import OpRun
+from maserve_prefect.trace.cas import canonical_json
+from maserve_prefect.trace.model import GenerationSettings, OpKind
+
+DEFAULT_MAX_TOKENS = 1024
+
+
+class ModelCallError(EngineError):
+    """A model call failed at the engine (rejected, unsupported, or failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A template decision this call's output carries.
+
+    kind: "accept" (refinement verdict at `round`), "converge" (debate after `round`),
+    "spawn" (children in [1, `limit`]), "vote" (voter `index` of `limit` in group `group`).
+    """
+
+    kind: str
+    round: int = 1
+    limit: int = 1
+    index: int = 0
+    group: str = ""
+
+
+def _decide(decision: Decision | None, text: str, h: Harness, op: OpRun) -> dict[str, FieldValue]:
+    if decision is None:
+        return {}
+    root = op.scope.root_id
+    if h.engine_kind == "sim" and h.content is not None:
+        c = h.content
+        if decision.kind == "accept":
+            ok = c.accepts(decision.round, root=root, op=op.op_id)
+            return {"verdict": "accept" if ok else "revise"}
+        if decision.kind == "converge":
+            return {"converged": c.converges(decision.round, root=root, op=op.op_id)}
+        if decision.kind == "spawn":
+            return {"count": c.spawn_count(decision.limit, root=root, op=op.op_id)}
+        if decision.kind == "vote":
+            votes = c.votes(decision.limit, root=root, op=decision.group or op.scope.stage_id)
+            return {"answer": f"answer-{votes[decision.index]}"}
+    if decision.kind == "accept":
+        return {"verdict": "accept" if re.search(r"\bACCEPT", text, re.I) else "revise"}
+    if decision.kind == "converge":
+        return {"converged": bool(re.search(r"\b(AGREE|CONVERGED)\b", text, re.I))}
+    if decision.kind == "spawn":
+        m = re.search(r"\d+", text)
+        n = int(m.group()) if m else 1
+        return {"count": max(1, min(decision.limit, n))}
+    if decision.kind == "vote":
+        nums = re.findall(r"-?\d+(?:\.\d+)?", text)
+        return {"answer": nums[-1] if nums else text.strip()[:40]}
+    raise ValueError(f"unknown decision kind {decision.kind!r}")
+
+
+@op_task(OpKind.MODEL)
+def model_call(
+    *,
+    role: str,
+    deployment: str,
+    system: str,
+    task_input: str = "",
+    delivered: Sequence[Artifact] = (),
+    history: Sequence[Message] = (),
+    context: ContextSpec = FULL_CONTEXT,
+    instruction: str = "",
+    output: str = "output",
+    decision: Decision | None = None,
+    max_tokens: int | None = None,
+    temperature: float = 0.0,
+    priority: int = 0,
+) -> Artifact:
+    """Call the model of `deployment` as `role` and return its output artifact.
+
+    Args:
+        role: participant role (selects the content model's length distribution on the sim).
+        deployment: the deployment name the engine pool serves.
+        system: the role prompt.
+        task_input: the task instance's input text.
+        delivered: upstream artifacts (pass futures: they become data edges).
+        history: the session's private history (used with `history: inherited`).
+        context: delivery rule (Full vs Selected).
+        instruction: the turn's instruction.
+        output: name of the produced artifact.
+        decision: a template decision carried by the output.
+        max_tokens: output limit (on the simulator the length is drawn and locked).
+        temperature, priority: generation settings.
+    """
+    op, h = this_op("model_call")
+    messages = build_messages(
+        system,
+        task_input,
+        delivered=delivered,
+        history=history,
+        context=context,
+        instruction=instruction,
+    )
+    op.input_refs = [h.store.put(canonical_json([list(m) for m in messages]))]
+    op.input_refs += [a.digest for a in delivered if a.digest]
+    prompt_ids = tuple(chat_token_ids(messages))
+    tags = {"op": op.op_id, "root": op.scope.root_id, "workflow": op.scope.workflow}
+    if h.engine_kind == "sim":
+        if h.content is None:
+            raise ModelCallError(f"op {op.op_id}: simulator runs need a content model")
+        n_out = h.content.output_tokens(role, root=op.scope.root_id, op=op.op_id)
+        if max_tokens is not None:
+            n_out = min(n_out, max_tokens)
+        request = Request(
+            op.op_id, deployment, prompt_token_ids=prompt_ids, max_tokens=n_out,
+            min_tokens=n_out, priority=priority, tags=tags, messages=messages,
+        )  # fmt: skip
+    else:
+        limit = max_tokens or DEFAULT_MAX_TOKENS
+        request = Request(
+            op.op_id, deployment, num_prompt_tokens=len(prompt_ids), max_tokens=limit,
+            priority=priority, tags=tags, messages=messages,
+        )  # fmt: skip
+    op.generation = GenerationSettings(
+        deployment=deployment,
+        max_tokens=request.max_tokens,
+        min_tokens=request.min_tokens or None,
+        temperature=temperature,
+        priority=priority,
+    )
+    outcome = h.call_model(op, request)
+    if outcome.status is not OutcomeStatus.COMPLETED:
+        raise ModelCallError(
+            f"op {op.op_id} on {deployment!r}: {outcome.error or outcome.status.value}"
+        )
+    if outcome.output_text is not None:
+        text = outcome.output_text
+    else:
+        assert h.content is not None
+        text = h.content.payload_text(outcome.num_output_tokens, root=op.scope.root_id, op=op.op_id)
+    art = Artifact(
+        name=output,
+        text=text,
+        fields=_decide(decision, text, h, op),
+        num_tokens=outcome.num_output_tokens or count_tokens(text),
+        producer=op.op_id,
+    )
+    art = replace(art, digest=h.store.put(art.payload()))
+    op.output_ref = art.digest
+    ids = outcome.output_token_ids or tuple(chat_token_ids([("assistant", text)])[3:-1])
+    op.output_token_ids_ref = h.store.put(canonical_json(list(ids)))
+    return art
