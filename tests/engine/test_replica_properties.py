@@ -3,6 +3,7 @@ determinism."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import pytest
@@ -153,3 +154,74 @@ def test_a_broken_invariant_is_reported() -> None:
     rep.kv.ref_cnt[0] += 1
     with pytest.raises(SimulationError, match="ref counts"):
         k.run()
+
+
+@st.composite
+def pool_workloads(draw: st.DrawFn) -> tuple[Workload, list[int]]:
+    """A workload and, per request, which of three replicas it goes to."""
+    w = draw(workloads())
+    return w, [draw(st.integers(0, 2)) for _ in w.requests]
+
+
+def simulate_pool(
+    w: Workload, targets: list[int], fast_forward: bool
+) -> tuple[list[SimReplica], list[LogEntry], list[Ticket], list[tuple[float, float, float]]]:
+    """Three replicas on one kernel; arrivals interleaved across them; mid-run `state()` probes."""
+    log: list[LogEntry] = []
+    k, first = make_replica(w.num_blocks, cost=COST, log=log, fast_forward=fast_forward, **w.config)
+    reps = [first] + [
+        make_replica(
+            w.num_blocks, cost=COST, kernel=k, log=log, fast_forward=fast_forward, **w.config
+        )[1]
+        for _ in range(2)
+    ]
+    tickets: list[Ticket] = []
+    probes: list[tuple[float, float, float]] = []
+    for (t, r), i in zip(w.requests, targets, strict=True):
+        k.call_at(t, lambda r=r, i=i: tickets.append(reps[i].submit(r)))
+    for t in (0.0123, 0.0571, 0.1337, 0.2459):  # what a KV-aware router would read mid-run
+        k.call_at(t, lambda: probes.extend(
+            (k.now(), s.kv_usage, s.counters["num_steps"]) for s in (r.state() for r in reps)))  # fmt: skip
+    k.run()
+    return reps, log, tickets, probes
+
+
+@SETTINGS
+@given(pool_workloads())
+def test_fast_forward_matches_stepping_in_a_pool_with_interleaved_arrivals(
+    wt: tuple[Workload, list[int]],
+) -> None:
+    w, targets = wt
+    fast, fast_log, fast_t, fast_p = simulate_pool(w, targets, fast_forward=True)
+    slow, slow_log, slow_t, slow_p = simulate_pool(w, targets, fast_forward=False)
+    assert fingerprint(fast_t) == fingerprint(slow_t)
+    assert [e[1:] for e in fast_log] == [e[1:] for e in slow_log]
+    assert [e[0] for e in fast_log] == pytest.approx([e[0] for e in slow_log], rel=1e-9, abs=1e-12)
+    assert fast_p == slow_p  # mid-run KV usage and step counts as stepping shows them
+    for f, s in zip(fast, slow, strict=True):
+        assert f.state().counters == s.state().counters
+        assert list(f.kv.free_queue) == list(s.kv.free_queue)
+        assert f.kv.cached == s.kv.cached
+        assert sum(r.num_steps for r in f.records) == len(s.records)
+        starts = [r.start_s for r in s.records]  # every run starts and ends on a step boundary
+        for rec in f.records:
+            i = bisect.bisect_left(starts, rec.start_s - 1e-9)
+            assert starts[i] == pytest.approx(rec.start_s, abs=1e-9)
+            j = i + rec.num_steps - 1
+            assert s.records[j].end_s == pytest.approx(rec.end_s, abs=1e-9)
+
+
+def test_a_decode_run_ignores_other_replicas_and_is_cut_by_an_arrival() -> None:
+    k, a = make_replica(64, cost=COST)
+    b = make_replica(64, cost=COST, kernel=k)[1]
+    a.submit(Request("long", "", num_prompt_tokens=20, max_tokens=200))
+    for i in range(5):  # b's steps are kernel events all through a's run
+        k.call_at(0.05 * i, lambda i=i: b.submit(Request(f"b{i}", "", num_prompt_tokens=8,
+                                                         max_tokens=30)))  # fmt: skip
+    k.call_at(0.5, lambda: a.submit(Request("late", "", num_prompt_tokens=4, max_tokens=2)))
+    k.run()
+    assert [r.num_steps for r in a.records][:2] != [1, 1]
+    first_run = a.records[1]
+    assert first_run.num_steps > 1 and first_run.start_s < 0.5 <= first_run.end_s
+    assert a.records[2].start_s == first_run.end_s  # the late arrival's step starts at the cut
+    assert any(rec.num_steps == 1 for rec in a.records[2:])

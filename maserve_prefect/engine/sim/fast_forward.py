@@ -4,8 +4,9 @@ When every running request decodes one token per step, the step time is affine i
 context (`DecodeAffine`), so `k` steps cost `k*base + a*(k*ctx0 + n*k*(k-1)/2)` in closed form.
 A run may stand for `k` steps only if nothing that stepping would see happens inside it: every
 running request was scheduled, none preempted, the waiting queue is empty or blocked on KV /
-seats / budget (which a decode run only tightens), no request finishes before the last step, no
-kernel event is due before the last step starts, and the free blocks cover every block crossing.
+seats / budget (which a decode run only tightens), no request finishes before the last step, and
+the free blocks cover every block crossing. Events addressed to the replica mid-run (an arrival,
+a pause) cut the run to the steps started strictly before them (`steps_before`).
 The crossings are then allocated in the exact order stepping would use (step, then running
 order), so KV state and eviction order match step-by-step stepping exactly.
 """
@@ -14,8 +15,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from maserve_prefect.engine.sim.cost import DecodeAffine, StepCost
 from maserve_prefect.engine.sim.scheduler import AdmitStop, Scheduler, SchedulerOutput
 from maserve_prefect.errors import SimulationError
@@ -23,21 +22,23 @@ from maserve_prefect.errors import SimulationError
 _OK_STOPS = (AdmitStop.EMPTY, AdmitStop.KV, AdmitStop.MAX_SEQS, AdmitStop.BUDGET)
 
 
-def decode_run_length(
-    scheduler: Scheduler, out: SchedulerOutput, aff: DecodeAffine, now: float, t_next: float
-) -> int:
-    """How many steps (>= 1) starting with `out` can be taken at once; 1 means step normally."""
+def decode_run_length(scheduler: Scheduler, out: SchedulerOutput, now: float) -> int:
+    """How many steps (>= 1) starting with `out` can be taken at once; 1 means step normally.
+
+    Only this replica's state bounds the run (completions, free blocks); an arrival or pause
+    mid-run truncates it (`steps_before`).
+    """
     running = scheduler.running
     if out.preempted or out.admit_stop not in _OK_STOPS or len(out.scheduled) != len(running):
         return 1
+    k = 1 << 62
     for req in running:
-        if req.num_computed_tokens != req.num_tokens - 1 or req.num_output_tokens < 1:
+        n_out = req.num_output_tokens
+        if n_out < 1 or req.num_computed_tokens != req.num_prompt_tokens + n_out - 1:
             return 1
-    k = min(r.num_remaining_outputs for r in running)
-    if k <= 1:
-        return 1
-    ctx0 = sum(r.num_computed_tokens for r in running)
-    k = min(k, steps_before(t_next, now, aff, ctx0, len(running), k))
+        rem = req.request.max_tokens - n_out
+        if rem < k:
+            k = rem
     return blocks_allow(scheduler, k) if k > 1 else 1
 
 
@@ -62,22 +63,34 @@ def steps_before(
     return lo
 
 
-def blocks_allow(scheduler: Scheduler, k_max: int) -> int:
-    """Largest k <= k_max whose block crossings fit the free blocks (step 0 is allocated)."""
+def _extra_blocks(scheduler: Scheduler, num_steps: int) -> int:
+    """Blocks steps 1..num_steps-1 of a decode run add to what the running requests hold."""
     kv = scheduler.kv
     bs = kv.block_size
-    computed = np.array([r.num_computed_tokens for r in scheduler.running], dtype=np.int64)
-    held = np.array([len(kv.blocks_of(r)) for r in scheduler.running], dtype=np.int64)
-    free = kv.num_free_blocks
+    req_blocks = kv.req_blocks
+    extra = 0
+    for r in scheduler.running:
+        need = -(-(r.num_computed_tokens + num_steps) // bs) - len(req_blocks.get(r.seq, ()))
+        if need > 0:
+            extra += need
+    return extra
 
-    def fits(k: int) -> bool:
-        need = -(-(computed + k) // bs) - held
-        return int(np.maximum(need, 0).sum()) <= free
 
+def blocks_held_after(scheduler: Scheduler, num_steps: int) -> int:
+    """Blocks a decode run starting now takes from the free queue once `num_steps` steps have
+    started (step 0 is allocated already); the KV view inside a fast-forwarded run."""
+    return _extra_blocks(scheduler, num_steps) if num_steps > 1 else 0
+
+
+def blocks_allow(scheduler: Scheduler, k_max: int) -> int:
+    """Largest k <= k_max whose block crossings fit the free blocks (step 0 is allocated)."""
+    free = scheduler.kv.num_free_blocks
+    if _extra_blocks(scheduler, k_max) <= free:
+        return k_max
     lo, hi = 1, k_max
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        lo, hi = (mid, hi) if _extra_blocks(scheduler, mid) <= free else (lo, mid - 1)
     return lo
 
 

@@ -22,11 +22,18 @@ Examples:
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+import itertools
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
 
 from maserve_prefect.engine.sim.request import SimRequest
 from maserve_prefect.errors import ConfigError, SimulationError
+
+_LOOKUP_CHUNK = 64
+
+
+def _consume(it: Iterable[object]) -> None:
+    deque(it, maxlen=0)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -51,7 +58,7 @@ class KVCacheManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_cnt = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_hash: dict[int, int] = {}  # block id -> hash, for hashed blocks only
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[int, int] = {}  # hash -> block id
         self.req_blocks: dict[int, list[int]] = {}  # request seq -> block ids
@@ -79,12 +86,20 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return [], 0
         max_blocks = (req.num_tokens - 1) // self.block_size
+        if max_blocks <= 0:
+            return [], 0
+        hashes = req.block_hashes(max_blocks)
+        get = self.cached.get
         hits: list[int] = []
-        for j in range(max_blocks):
-            block = self.cached.get(req.block_hash(j))
-            if block is None:
+        n = 0
+        while n < max_blocks:  # in chunks: a miss near the front stops the lookup early
+            end = min(n + _LOOKUP_CHUNK, max_blocks)
+            chunk = list(map(get, hashes[n:end]))
+            if None in chunk:
+                hits.extend(chunk[: chunk.index(None)])  # type: ignore[arg-type]
                 break
-            hits.append(block)
+            hits.extend(chunk)  # type: ignore[arg-type]
+            n = end
         return hits, len(hits) * self.block_size
 
     def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
@@ -114,56 +129,88 @@ class KVCacheManager:
         self, req: SimRequest, num_total_tokens: int, computed_blocks: Sequence[int] = ()
     ) -> list[int] | None:
         """Make `req` hold blocks for `num_total_tokens` tokens and hash the ones they fill."""
-        blocks = self.req_blocks.setdefault(req.seq, [])
-        num_required = cdiv(num_total_tokens, self.block_size)
-        num_new = max(0, num_required - len(blocks) - len(computed_blocks))
-        num_evictable_hits = sum(1 for b in computed_blocks if self.ref_cnt[b] == 0)
-        if num_new + num_evictable_hits > len(self.free_queue):
+        blocks = self.req_blocks.get(req.seq)
+        if blocks is None:
+            blocks = self.req_blocks[req.seq] = []
+        num_required = -(-num_total_tokens // self.block_size)
+        num_new = num_required - len(blocks) - len(computed_blocks)
+        if num_new < 0:
+            num_new = 0
+        ref = self.ref_cnt
+        free_queue = self.free_queue
+        num_evictable_hits = list(map(ref.__getitem__, computed_blocks)).count(0)
+        if num_new + num_evictable_hits > len(free_queue):
             if not blocks:
                 del self.req_blocks[req.seq]
             return None
         for b in computed_blocks:  # touch: a free cached block leaves the LRU queue
-            if self.ref_cnt[b] == 0:
-                del self.free_queue[b]
-            self.ref_cnt[b] += 1
+            if ref[b] == 0:
+                del free_queue[b]
+            ref[b] += 1
         blocks.extend(computed_blocks)
-        new_blocks = [self._pop_free() for _ in range(num_new)]
+        new_blocks = self._pop_free(num_new) if num_new else []
         blocks.extend(new_blocks)
         if self.enable_prefix_caching:
             self._cache_full_blocks(req, blocks, num_total_tokens)
         return new_blocks
 
-    def _pop_free(self) -> int:
-        b, _ = self.free_queue.popitem(last=False)
-        h = self.block_hash[b]
-        if h is not None:  # evict: the block is about to hold other tokens
-            if self.cached.get(h) == b:
-                del self.cached[h]
-            self.block_hash[b] = None
-        self.ref_cnt[b] = 1
-        return b
+    def _pop_free(self, n: int) -> list[int]:
+        """Take the `n` least recently freed blocks, evicting their hashes (they get new tokens)."""
+        free_queue = self.free_queue
+        taken = list(itertools.islice(free_queue, n))
+        _consume(map(free_queue.__delitem__, taken))
+        _consume(map(self.ref_cnt.__setitem__, taken, itertools.repeat(1)))
+        block_hash = self.block_hash
+        if block_hash:
+            evicted = list(block_hash.keys() & taken)
+            if evicted:
+                cached = self.cached
+                hashes = list(map(block_hash.pop, evicted))
+                holders = list(map(cached.get, hashes))
+                _consume(
+                    map(
+                        cached.__delitem__,
+                        [h for h, b, c in zip(hashes, evicted, holders, strict=True) if b == c],
+                    )
+                )
+        return taken
 
     def _cache_full_blocks(self, req: SimRequest, blocks: list[int], num_tokens: int) -> None:
         start = self.num_cached_blocks.get(req.seq, 0)
         num_full = min(num_tokens // self.block_size, len(blocks))
-        for j in range(start, num_full):
-            b = blocks[j]
-            if self.block_hash[b] is None:
-                h = req.block_hash(j)
-                if h not in self.cached:  # a duplicate stays uncached (vLLM keeps one per hash)
-                    self.cached[h] = b
-                    self.block_hash[b] = h
-        if num_full > start:
-            self.num_cached_blocks[req.seq] = num_full
+        if num_full <= start:
+            return
+        seg_h = req.block_hashes(num_full)[start:num_full]
+        seg_b = blocks[start:num_full]
+        block_hash, cached = self.block_hash, self.cached
+        if block_hash.keys().isdisjoint(seg_b) and cached.keys().isdisjoint(seg_h):
+            cached.update(
+                zip(seg_h, seg_b, strict=True)
+            )  # the common case: fresh blocks, fresh hashes
+            block_hash.update(zip(seg_b, seg_h, strict=True))
+        else:
+            for b, h in zip(seg_b, seg_h, strict=True):
+                # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
+                if b not in block_hash and h not in cached:
+                    cached[h] = b
+                    block_hash[b] = h
+        self.num_cached_blocks[req.seq] = num_full
 
     def free(self, req: SimRequest) -> None:
         """Release `req`'s blocks, tail first onto the free queue; hashed blocks stay cached."""
-        blocks = self.req_blocks.pop(req.seq, [])
+        blocks = self.req_blocks.pop(req.seq, None)
         self.num_cached_blocks.pop(req.seq, None)
-        for b in reversed(blocks):
-            self.ref_cnt[b] -= 1
-            if self.ref_cnt[b] == 0:
-                self.free_queue[b] = None
+        if not blocks:
+            return
+        ref = self.ref_cnt
+        free_queue = self.free_queue
+        blocks.reverse()
+        for b in blocks:
+            ref[b] -= 1
+        if list(map(ref.__getitem__, blocks)).count(0) == len(blocks):
+            free_queue.update(dict.fromkeys(blocks))
+        else:
+            free_queue.update(dict.fromkeys(b for b in blocks if ref[b] == 0))
 
     def reset_prefix_cache(self) -> None:
         """Drop every cached hash and restore the initial free order (vLLM `reset_prefix_cache`).
@@ -179,7 +226,7 @@ class KVCacheManager:
                 f"reset_prefix_cache with {len(self.req_blocks)} requests holding blocks; "
                 "free them (finish or abort) first"
             )
-        self.block_hash = [None] * self.num_blocks
+        self.block_hash = {}
         self.cached.clear()
         self.free_queue = OrderedDict.fromkeys(range(self.num_blocks))
 
@@ -202,5 +249,5 @@ class KVCacheManager:
         if any(self.ref_cnt[b] != 0 for b in self.free_queue):
             raise SimulationError("a block on the free queue is still referenced")
         for h, b in self.cached.items():
-            if self.block_hash[b] != h:
+            if self.block_hash.get(b) != h:
                 raise SimulationError(f"cache index points block {b} at a stale hash")

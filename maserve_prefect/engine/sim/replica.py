@@ -9,12 +9,17 @@ callbacks that submit follow-up calls) is in the queue before the next step is s
 Fast-forward (the speed idea): when a step is pure decode for every running request, nothing
 waiting could be admitted before a completion (the queue is empty, or blocked on KV, seats or
 budget, which a decode run only tightens), and enough free blocks exist for every block crossing,
-the next `k` steps are done at once: `k` stops at the first completion, the first kernel event
-(`clock.peek()`), or the last step the free blocks cover. Step times come from
-`decode_affine` in closed form; block allocations replay in the exact per-step order, so the KV
-state (and eviction order) matches step-by-step stepping. One aggregated `StepRecord` with
-`num_steps=k` stands for the run. Needs a clock with `peek()` (the kernel); under a `WallClock`
-every step is taken one by one. The conditions and the exact replay live in `fast_forward.py`.
+the next `k` steps are planned as one run ending at one kernel event: `k` stops at the first
+completion or the last step the free blocks cover. Events elsewhere (other replicas' steps) do
+not touch it; only something addressed to this replica can: an arrival or a `pause` mid-run
+truncates the run exactly to the steps that started strictly before it (at least one), so the
+next step starts at the same boundary, with the same state, as under single-stepping. Step times
+come from `decode_affine` in closed form; block allocations are replayed at the run's end in the
+exact per-step order (nothing else touches this replica's KV cache meanwhile), so the KV state
+(and eviction order) matches stepping; `state()` mid-run reports the KV usage stepping would
+show. One aggregated `StepRecord` with `num_steps=k` stands for the run. Needs a clock with
+`peek()` (the kernel); under a `WallClock` every step is taken one by one. The conditions and the
+exact replay live in `fast_forward.py`.
 
 Event log (optional list): `(t_s, event, request_id, detail)` with events `arrive`, `schedule`
 (detail = prefix-hit tokens), `preempt` (detail = preemptions so far), `first_token` and `finish`
@@ -39,8 +44,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from maserve_prefect.clock import LATE, NORMAL, URGENT, Clock
+from maserve_prefect.clock import LATE, NORMAL, URGENT, Cancellable, Clock
 from maserve_prefect.engine.protocol import (
     Acceptance,
     Capabilities,
@@ -56,11 +62,18 @@ from maserve_prefect.engine.protocol import (
     Ticket,
 )
 from maserve_prefect.engine.sim.cost import (
+    DecodeAffine,
     ScheduledChunk,
     StepCost,
     StepCostModel,
 )
-from maserve_prefect.engine.sim.fast_forward import allocate_run, decode_run_length, run_cost
+from maserve_prefect.engine.sim.fast_forward import (
+    allocate_run,
+    blocks_held_after,
+    decode_run_length,
+    run_cost,
+    steps_before,
+)
 from maserve_prefect.engine.sim.kv_cache import KVCacheManager, cdiv
 from maserve_prefect.engine.sim.records import (
     SERIES,
@@ -87,6 +100,18 @@ __all__ = ["SERIES", "LogEntry", "SimReplica"]
 
 class _Unsupported(Exception):
     pass
+
+
+@dataclass(slots=True)
+class _Run:
+    """A fast-forwarded decode run in flight: `k` steps from `start_s` (k may shrink)."""
+
+    out: SchedulerOutput
+    start_s: float
+    k: int
+    aff: DecodeAffine
+    ctx0: int
+    handle: Cancellable | None = None
 
 
 class SimReplica:
@@ -142,7 +167,10 @@ class SimReplica:
         self._closed_reason = ""
         self.lifecycle_label = ""  # set by a Pool ("loading", "asleep", ...); "" = derived
         self._idle_cbs: list[Callable[[], None]] = []
-        self._peek: Callable[[], float] | None = getattr(clock, "peek", None)
+        # fast-forward needs a virtual clock (one with `peek`) whose handles can be cancelled
+        self._ff = self.config.fast_forward and getattr(clock, "peek", None) is not None
+        self._affine: dict[int, DecodeAffine] = {}
+        self._run: _Run | None = None  # the fast-forwarded run in flight
 
     # -- Replica protocol ------------------------------------------------------------------
 
@@ -192,25 +220,38 @@ class SimReplica:
     def state(self) -> EngineState:
         lifecycle = "paused" if self._paused else ("running" if self._accepting else "draining")
         lifecycle = self.lifecycle_label or lifecycle
+        num_free, num_steps = self.kv.num_free_blocks, self.num_steps
+        if self._run is not None:  # what stepping would show now, inside the run
+            run = self._run
+            j = steps_before(
+                self.clock.now(), run.start_s, run.aff, run.ctx0, run.aff.num_seqs, run.k
+            )
+            num_free -= blocks_held_after(self.scheduler, j)
+            num_steps += j - 1
+        values = self._sample_values()
+        usage = 1.0 - num_free / self.kv.num_blocks
         return EngineState(
             name=self.name,
             deployment=self.deployment,
             lifecycle=lifecycle,
             num_running=len(self.scheduler.running),
             num_waiting=self.scheduler.num_waiting,
-            kv_usage=self.kv.usage,
-            num_free_blocks=self.kv.num_free_blocks,
+            kv_usage=usage,
+            num_free_blocks=num_free,
             num_total_blocks=self.kv.num_blocks,
             block_size=self.kv.block_size,
-            counters=dict(zip(SERIES, self._sample_values(), strict=True))
-            | {"num_steps": float(self.num_steps), "num_finished": float(self.num_finished)},
+            counters=dict(zip(SERIES, (usage, *values[1:]), strict=True))
+            | {"num_steps": float(num_steps), "num_finished": float(self.num_finished)},
         )
 
     # -- lifecycle hooks for a Pool --------------------------------------------------------
 
     def pause(self) -> None:
-        """Start no new step (a step in flight still finishes)."""
+        """Start no new step (a step in flight still finishes; a fast-forwarded run is cut to the
+        steps already started)."""
         self._paused = True
+        if self._run is not None:
+            self._truncate_run()
 
     def resume(self) -> None:
         self._paused = False
@@ -304,6 +345,8 @@ class SimReplica:
     # -- the engine loop -------------------------------------------------------------------
 
     def _arrive(self, sreq: SimRequest) -> None:
+        if self._run is not None:
+            self._truncate_run()
         self._log(self.clock.now(), "arrive", sreq.request_id, 0)
         self.scheduler.add_request(sreq)
         self._kick()
@@ -335,32 +378,63 @@ class SimReplica:
                 )
             self._kick()
             return
-        num_steps, end_s, cost = self._plan_run(out, now)
         self._busy = True
+        self._plan_run(out, now)
+
+    def _plan_run(self, out: SchedulerOutput, now: float) -> None:
+        """Schedule the end of one step, or of a fast-forwarded run of `k` decode steps."""
+        if self._ff:
+            n = len(out.scheduled)
+            aff = self._affine.get(n)
+            if aff is None:
+                aff = self._affine[n] = self.cost_model.decode_affine(n)
+            k = decode_run_length(self.scheduler, out, now)
+            if k > 1:
+                ctx0 = sum(it.num_computed_before for it in out.scheduled)
+                run = _Run(out, now, k, aff, ctx0)
+                end_s = now + aff.base_s * k + run_cost(aff, ctx0, k).attention_s
+                run.handle = self.clock.call_at(
+                    end_s, lambda: self._end_run(run), NORMAL, self.name
+                )
+                self._run = run
+                return
+        chunks = [ScheduledChunk(it.num_new_tokens, it.num_computed_before) for it in out.scheduled]
+        cost = self.cost_model.step_cost(chunks)
+        end_s = now + cost.total_s
         self.clock.call_at(
-            end_s, lambda: self._end_step(out, now, end_s, num_steps, cost), NORMAL, self.name
+            end_s, lambda: self._end_step(out, now, end_s, 1, cost), NORMAL, self.name
         )
 
-    def _plan_run(self, out: SchedulerOutput, now: float) -> tuple[int, float, StepCost]:
-        """One step, or a fast-forwarded run of `k` decode steps (allocating its blocks)."""
-        k = 1
-        if self.config.fast_forward and self._peek is not None:
-            aff = self.cost_model.decode_affine(len(out.scheduled))
-            k = decode_run_length(self.scheduler, out, aff, now, self._peek())
-        if k == 1:
-            chunks = [
-                ScheduledChunk(it.num_new_tokens, it.num_computed_before) for it in out.scheduled
-            ]
-            cost = self.cost_model.step_cost(chunks)
-            return 1, now + cost.total_s, cost
-        allocate_run(self.scheduler, k)
-        cost = run_cost(aff, sum(it.num_computed_before for it in out.scheduled), k)
-        return k, now + aff.base_s * k + cost.attention_s, cost
+    def _truncate_run(self) -> None:
+        """Cut the run in flight to the steps that started strictly before now (at least 1)."""
+        run = self._run
+        if run is None:
+            return
+        aff = run.aff
+        n = aff.num_seqs
+        j = steps_before(self.clock.now(), run.start_s, aff, run.ctx0, n, run.k)
+        if j >= run.k:
+            return
+        run.k = j
+        assert run.handle is not None
+        run.handle.cancel()
+        end_s = run.start_s + aff.base_s * j + run_cost(aff, run.ctx0, j).attention_s
+        run.handle = self.clock.call_at(end_s, lambda: self._end_run(run), NORMAL, self.name)
+
+    def _end_run(self, run: _Run) -> None:
+        self._run = None
+        allocate_run(self.scheduler, run.k)
+        cost = run_cost(run.aff, run.ctx0, run.k)
+        self._end_step(run.out, run.start_s, self.clock.now(), run.k, cost)
 
     def _end_step(
         self, out: SchedulerOutput, start_s: float, end_s: float, num_steps: int, cost: StepCost
     ) -> None:
-        num_tokens_of = {it.request_id: self._req_by_seq(it.seq).num_tokens for it in out.scheduled}
+        by_seq = self.scheduler.by_seq
+        if num_steps > 1:
+            kind = StepKind.DECODE
+        else:
+            num_tokens_of = {it.request_id: by_seq[it.seq].num_tokens for it in out.scheduled}
         upd = self.scheduler.update_from_output(out)
         if num_steps > 1:
             finished_first = self.scheduler.advance_decode(num_steps - 1)
@@ -371,7 +445,8 @@ class SimReplica:
             ScheduledTokens(it.request_id, it.num_computed_before, it.num_new_tokens * num_steps)
             for it in out.scheduled
         )
-        kind = StepKind.DECODE if num_steps > 1 else step_kind(scheduled, num_tokens_of)
+        if num_steps == 1:
+            kind = step_kind(scheduled, num_tokens_of)
         self.records.append(
             StepRecord(
                 self.name,
@@ -392,7 +467,6 @@ class SimReplica:
         self.timeline.sample(end_s, self._sample_values())
         if self.debug_checks:
             self.scheduler.check_invariants()
-        assert self.kv.num_free_blocks >= 0
         for req in upd.first_token:
             req.first_token_s = end_s
             self._log(end_s, "first_token", req.request_id, req.num_output_tokens)
@@ -400,7 +474,7 @@ class SimReplica:
         for req in upd.finished:
             self._finish(req, end_s)
         self._kick()
-        if self.is_idle:
+        if self._idle_cbs and self.is_idle:
             cbs, self._idle_cbs = self._idle_cbs, []
             for cb in cbs:
                 cb()

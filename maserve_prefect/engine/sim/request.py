@@ -7,14 +7,18 @@ emits the first token, a decode step computes the previous token and samples the
 preempted request recomputes prompt + outputs before it samples again. Outputs always run to
 `max_tokens` (the simulator's length lock).
 
-Block identity (what prefix caching matches on) is a hash chain: block j's hash is
-`hash((hash of block j-1, key_j))`, with the cache salt folded into block 0. The key of a block that
-lies wholly inside the *shareable* part of the prompt is content-derived — the token ids for
-token-id prompts; for prompts given as prefix-block hashes, `(hash id of the prefix block holding
-its first token, of the one holding its last token, offset)`. Any other block (prompt tail past
-the hashed prefix, or output tokens) is unique to the request: `(UNIQUE, seq, j)`, where `seq` is
-a per-replica admission counter. Only tuples of ints are hashed, so hashes are stable across runs
-(string hashing is randomized per process; salts go through blake2b).
+Block identity (what prefix caching matches on) is a chain: for token-id prompts, block j's hash
+is `hash((hash of block j-1, token ids of block j))` with the cache salt folded into the root.
+For prompts given as prefix-block hashes, the chain runs over the *prefix* blocks
+(`C[p] = hash((C[p-1], hash id p))`, salt in the root) and engine block j, if it lies wholly inside
+the shareable part, is `mix(C[last], j)` where `last` is the prefix block holding its last token:
+two requests share block j exactly when their hash ids agree up to `last`. Any other block
+(prompt tail past the hashed prefix, or output tokens) is unique to the request:
+`mix(hash((UNIQUE, seq)), j)`, where `seq` is a per-replica admission counter. `mix` is
+splitmix64 over 64-bit ints, computed in numpy for whole ranges of blocks at once; only ints and
+tuples of ints are hashed, so hashes are stable across processes (string hashing is randomized
+per process; salts go through blake2b). Hashes are computed once per request, lazily, for the
+blocks asked for so far (`block_hashes(n)`).
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import hashlib
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+import numpy as np
+
 from maserve_prefect.engine.protocol import Request, Ticket
 
 _UNIQUE = -1
 _ROOT_HASH = 0x5EED
+_MASK = (1 << 64) - 1
 
 
 class RequestStatus(IntEnum):
@@ -72,6 +79,7 @@ class SimRequest:
     first_token_s: float | None = None
     finish_s: float | None = None
     _hashes: list[int] = field(default_factory=list)
+    _chain: np.ndarray | None = None
     _shareable_tokens: int = 0
     _salt: int = 0
 
@@ -103,23 +111,69 @@ class SimRequest:
         return self.request.max_tokens - self.num_output_tokens
 
     def block_hash(self, j: int) -> int:
-        """Chained hash of block j (tokens [j*bs, (j+1)*bs)); computed lazily, memoized."""
-        hashes = self._hashes
-        while len(hashes) <= j:
-            i = len(hashes)
-            parent = hashes[-1] if hashes else hash((_ROOT_HASH, self._salt))
-            hashes.append(hash((parent, self._block_key(i))))
-        return hashes[j]
+        """Hash of block j (tokens [j*bs, (j+1)*bs)); computed lazily, memoized."""
+        return self.block_hashes(j + 1)[j]
 
-    def _block_key(self, j: int) -> tuple[int, ...]:
+    def block_hashes(self, n: int) -> list[int]:
+        """The memo list of block hashes, holding at least blocks 0..n-1 (do not mutate)."""
+        hashes = self._hashes
+        if len(hashes) < n:
+            self._extend_hashes(n)
+        return hashes
+
+    def _extend_hashes(self, n: int) -> None:
+        hashes = self._hashes
         bs = self.block_size
-        start, end = j * bs, (j + 1) * bs
-        req = self.request
-        if end > self._shareable_tokens:
-            return (_UNIQUE, self.seq, j)
-        if req.prompt_token_ids is not None:
-            return req.prompt_token_ids[start:end]
-        pbs = req.prefix_block_size
-        first = req.prefix_block_hashes[start // pbs]
-        last = req.prefix_block_hashes[(end - 1) // pbs]
-        return (first, last, start % pbs)
+        shared_end = min(n, self._shareable_tokens // bs)  # blocks wholly inside the prefix
+        start = len(hashes)
+        if start < shared_end:
+            req = self.request
+            if req.prompt_token_ids is not None:
+                ids = req.prompt_token_ids
+                parent = hashes[-1] if hashes else hash((_ROOT_HASH, self._salt))
+                for j in range(start, shared_end):
+                    parent = hash((parent, ids[j * bs : (j + 1) * bs]))
+                    hashes.append(parent)
+            else:
+                chain = self._prefix_chain()
+                idx = np.arange(start, shared_end, dtype=np.uint64)
+                last = ((idx + np.uint64(1)) * np.uint64(bs) - np.uint64(1)) // np.uint64(
+                    req.prefix_block_size
+                )
+                hashes.extend(_mix(chain[last.astype(np.int64)], idx).tolist())
+            start = shared_end
+        if start < n:
+            key = hash((_UNIQUE, self.seq)) & _MASK
+            if n - start <= 4:  # a decode crossing: numpy's call overhead would dominate
+                hashes.extend(_mix_int(key, j) for j in range(start, n))
+            else:
+                hashes.extend(_mix(np.uint64(key), np.arange(start, n, dtype=np.uint64)).tolist())
+
+    def _prefix_chain(self) -> np.ndarray:
+        chain = self._chain
+        if chain is None:
+            vals = []
+            parent = hash((_ROOT_HASH, self._salt))
+            for h in self.request.prefix_block_hashes:
+                parent = hash((parent, h))
+                vals.append(parent & _MASK)
+            chain = self._chain = np.array(vals, dtype=np.uint64)
+        return chain
+
+
+def _mix_int(key: int, j: int) -> int:
+    """`_mix` on one pair of Python ints (same result as the numpy version)."""
+    z = ((key ^ ((j * 0x9E3779B97F4A7C15) & _MASK)) + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def _mix(key: np.ndarray | np.uint64, j: np.ndarray) -> np.ndarray:
+    """splitmix64 of `key ^ (j * golden)`, elementwise on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = key ^ (j * np.uint64(0x9E3779B97F4A7C15))
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
