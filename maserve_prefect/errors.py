@@ -16,7 +16,8 @@ Every message says what was wrong, where (file, line, op id, element name) and w
     │   ├── RequestError (ValueError)           malformed engine request (names the request id)
     │   ├── UnsupportedError                    engine cannot honour a control or lifecycle action
     │   └── SimulationError                     a simulator event failed (carries its cause)
-    └── ConfigError (ValueError)            bad settings, catalog entry or CLI option
+    ├── ConfigError (ValueError)            bad settings, catalog entry or CLI option
+    └── PrefectServerError                  the Prefect API is unreachable or its server failed
 """
 
 from __future__ import annotations
@@ -80,3 +81,7 @@ class SimulationError(EngineError):
 
 class ConfigError(MaserveError, ValueError):
     """Bad settings, catalog entries or command-line options."""
+
+
+class PrefectServerError(MaserveError):
+    """The Prefect API does not answer, or the managed local server failed to start."""

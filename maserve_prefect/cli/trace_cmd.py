@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from maserve_prefect.errors import MaserveError
+from maserve_prefect.errors import ConfigError, MaserveError
 from maserve_prefect.trace.model import Trace
 
 if TYPE_CHECKING:
@@ -179,3 +179,66 @@ def stats_cmd(
         else:
             table.add_row(name, f"{dist.mean:.2f}", _fmt(dist.p50), _fmt(dist.max))
     console.print(table)
+
+
+@app.command("export")
+def export_cmd(
+    flow_run: Annotated[
+        str | None, typer.Option("--flow-run", help="Prefect flow-run id (one root's run).")
+    ] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Ledger trace id (every flow run of the run).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Bundle directory (default: $MASERVE_HOME/traces/<trace id>-prefect)."),
+    ] = None,
+    ledger_url: Annotated[
+        str | None, typer.Option("--ledger", help="Ledger database URL (default: configured).")
+    ] = None,
+    wait: Annotated[
+        float, typer.Option(help="Seconds to wait for Prefect to record every task run.")
+    ] = 30.0,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing bundle at the destination.")
+    ] = False,
+) -> None:
+    """Assemble a trace from Prefect's run history plus the ledger; check they agree; write it."""
+    from maserve_prefect import prefect_server
+    from maserve_prefect.cli.run_cmd import open_ledger
+    from maserve_prefect.settings import get_settings
+    from maserve_prefect.trace.bundle import export_bundle
+    from maserve_prefect.trace.prefect_export import export_from_prefect, wait_for_prefect
+
+    console = Console()
+    try:
+        if (flow_run is None) == (run is None):
+            raise ConfigError("give exactly one of --flow-run ID or --run TRACE_ID")
+        server = prefect_server.ensure_server()
+        with open_ledger(ledger_url) as ledger, prefect_server.connected(server):
+            trace_ids = [run] if run is not None else ledger.runs_of_flow_run(str(flow_run))
+            with console.status("waiting for Prefect to record the run…"):
+                for tid in trace_ids:
+                    wait_for_prefect(ledger, tid, timeout_s=wait)
+            result = export_from_prefect(ledger, flow_run_id=flow_run, trace_id=run)
+            result.check()
+            tid = result.trace.manifest.trace_id
+            suffix = f"-{str(flow_run)[:8]}" if flow_run is not None else ""
+            dest = out or get_settings().home / "traces" / f"{tid}{suffix}-prefect"
+            written = export_bundle(result.trace, ledger.cas, dest, overwrite=force)
+    except MaserveError as exc:
+        _fail(str(exc))
+    agreement = result.agreement
+    console.print(
+        f"trace {tid}: {agreement.num_task_runs} Prefect task runs in "
+        f"{len(result.flow_run_ids)} flow run(s) = {agreement.num_ops} ledger ops; "
+        f"{agreement.num_edges} data/control edges agree",
+        highlight=False,
+    )
+    if result.num_dropped_deps:
+        console.print(
+            f"{result.num_dropped_deps} dependencies on ops outside this flow run left out",
+            highlight=False,
+        )
+    console.print(_totals_table(result.trace))
+    console.print(f"bundle written to {written}", highlight=False, soft_wrap=True)

@@ -82,6 +82,8 @@ class Harness:
         self.counter = OpCounter()
         self.book = RunBook()
         self._lock = threading.Lock()
+        self._recorded: set[str] = set()
+        self._recorded_cv = threading.Condition()
         self.key = f"h{next(_KEYS)}"
         if ledger is not None:
             ledger.begin_run(manifest)
@@ -134,8 +136,21 @@ class Harness:
     # -- ops -------------------------------------------------------------------------------
 
     def finish(self, op: OpRun, *, flow_run_id: str | None, task_run_id: str) -> OpRecord:
-        """Freeze a finished op, append it to the ledger (durable on return) and the book."""
+        """Freeze a finished op, append it to the ledger (durable on return) and the book.
+
+        An op's predecessors are appended first: a state read can finish in the same quiescent
+        instant as the write it read, on another thread, so this waits (briefly, in wall time)
+        for every dep to be recorded — the ledger refuses dangling deps.
+        """
         record = op.to_record()
+        deps = {d.op_id for d in record.deps}
+        with self._recorded_cv:
+            if not self._recorded_cv.wait_for(lambda: deps <= self._recorded, timeout=60):
+                missing = sorted(deps - self._recorded)
+                raise ConfigError(
+                    f"op {record.op_id}: predecessors {missing} were never recorded; "
+                    "they must finish before it"
+                )
         if self.ledger is not None:
             self.ledger.append_op(self.trace_id, record)
             self.ledger.link_prefect(
@@ -148,6 +163,9 @@ class Harness:
         with self._lock:
             self.book.ops.append(record)
             self.book.task_runs[record.op_id] = task_run_id
+        with self._recorded_cv:
+            self._recorded.add(record.op_id)
+            self._recorded_cv.notify_all()
         return record
 
     def call_model(

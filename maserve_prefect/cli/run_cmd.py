@@ -1,0 +1,265 @@
+"""`maserve run WORKFLOW`: realize N roots natively, write the trace bundle, print a summary.
+
+The one idea: **a run is done when the ledger has it and Prefect has caught up.** The command
+connects to a Prefect API (`PREFECT_API_URL` if set, else the managed local server, started on
+demand — see `maserve_prefect.prefect_server`), opens the ledger, calls
+`flows.native.run_native`, marks the ledger run finished, exports the bundle, prints the summary,
+and then waits (bounded, with a spinner) until Prefect holds every task run the ledger linked, in
+a final state, and checks ops ↔ task runs one to one. Prefect records task runs asynchronously,
+so a command that exited at once would leave its history incomplete.
+
+Exit codes: 0 success; 1 bad input or a failed step (one red line); 2 an engine that is not
+supported yet; 3 Prefect's history does not match the ledger (timeout or missing task runs —
+the bundle and the ledger are still complete). A Prefect/ledger *edge* difference is printed as
+a warning (see `trace.prefect_export`: Prefect also links parameters by object identity).
+
+Trace ids: `<workflow>-<binding>-s<seed>-u<users>`, with `-2`, `-3`, … appended when the ledger
+already holds that id, unless `--trace-id` is given.
+
+Examples:
+    maserve run fork_join --users 4 --seed 1 --out out/fj
+    maserve run code_repair --binding code --pool my_pool.yaml
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from maserve_prefect.errors import ConfigError, MaserveError
+
+if TYPE_CHECKING:
+    from maserve_prefect.flows.native import NativeRun
+    from maserve_prefect.trace.ledger import Ledger
+
+# Seconds `maserve run` waits for Prefect to record every task run the ledger holds.
+DEFAULT_WAIT_S = 120.0
+EXIT_UNSUPPORTED = 2
+EXIT_PREFECT_MISMATCH = 3
+SHOWN_ERRORS = 3
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print one red error line on stderr and exit with `code`."""
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=code)
+
+
+def open_ledger(url: str | None) -> Ledger:
+    """The ledger at `url` (payloads in `$MASERVE_CAS_DIR`), else the configured one."""
+    from maserve_prefect.settings import get_settings
+    from maserve_prefect.trace.cas import ContentStore
+    from maserve_prefect.trace.ledger import Ledger
+
+    if url is None:
+        return Ledger.from_settings()
+    return Ledger(url, ContentStore(get_settings().cas_dir))
+
+
+def parse_engine(engine: str) -> str:
+    """Validate `--engine`; only the simulator runs today.
+
+    Raises:
+        typer.Exit: code 2 for `openai:URL` (arrives with the real-engine issue).
+        ConfigError: anything else that is not `sim`.
+    """
+    if engine == "sim":
+        return engine
+    if engine.startswith("openai:") and len(engine) > len("openai:"):
+        fail(
+            f"--engine {engine}: not supported yet: the OpenAI engine arrives with the "
+            f"real-engine issue; use --engine sim",
+            code=EXIT_UNSUPPORTED,
+        )
+    raise ConfigError(f"--engine {engine!r}: expected 'sim' or 'openai:URL'")
+
+
+def unique_trace_id(ledger: Ledger, base: str) -> str:
+    """`base`, or `base-2`, `base-3`, … — the first id the ledger does not hold."""
+    taken = {r.trace_id for r in ledger.list_runs()}
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"
+
+
+@contextmanager
+def _quiet_prefect(verbose: bool) -> Iterator[None]:
+    """Prefect logs every flow and task run at INFO; keep the console for the summary."""
+    logger = logging.getLogger("prefect")
+    old = logger.level
+    if not verbose:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+def run_cmd(
+    workflow: Annotated[str, typer.Argument(help="Workflow name (see `maserve run --list`).")] = "",
+    binding: Annotated[
+        str | None, typer.Option(help="Task binding (default: the workflow's).")
+    ] = None,
+    users: Annotated[int, typer.Option(min=1, help="Roots (users) to realize.")] = 1,
+    engine: Annotated[str, typer.Option(help="'sim' or 'openai:URL'.")] = "sim",
+    pool: Annotated[
+        Path | None, typer.Option(help="Pool file (devices, deployments) (default: shipped).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Run seed (instances, arrivals, content).")] = 0,
+    out: Annotated[
+        Path | None, typer.Option(help="Bundle directory (default: ./out/<workflow>-s<seed>).")
+    ] = None,
+    ledger_url: Annotated[
+        str | None, typer.Option("--ledger", help="Ledger database URL (default: configured).")
+    ] = None,
+    arrival_rate: Annotated[
+        float | None, typer.Option(help="Poisson root arrivals per virtual second.")
+    ] = None,
+    trace_id: Annotated[str | None, typer.Option(help="Trace id (default: derived).")] = None,
+    wait: Annotated[
+        float, typer.Option(help="Seconds to wait for Prefect to record every task run.")
+    ] = DEFAULT_WAIT_S,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing bundle.")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List workflow names and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show Prefect's run logs.")] = False,
+) -> None:
+    """Realize N roots of a workflow, write the trace bundle and print a summary."""
+    from maserve_prefect import prefect_server
+    from maserve_prefect.bindings import get_binding
+    from maserve_prefect.flows.native import run_native
+    from maserve_prefect.flows.workflows import get_workflow, list_workflows
+    from maserve_prefect.runtime.poolfile import load_pool_file
+    from maserve_prefect.trace.bundle import export_bundle
+    from maserve_prefect.trace.ledger import RunStatus
+
+    console = Console()
+    try:
+        if list_:
+            for name in list_workflows():
+                console.print(f"{name}  [dim](binding {get_workflow(name).default_binding})[/]")
+            return
+        if not workflow:
+            raise ConfigError("give a WORKFLOW name (`maserve run --list` shows them)")
+        parse_engine(engine)
+        wf = get_workflow(workflow)
+        b = get_binding(binding or wf.default_binding)
+        pool_file = load_pool_file(pool) if pool is not None else None
+        dest = out if out is not None else Path("out") / f"{wf.name}-s{seed}"
+        if dest.exists() and not force and (not dest.is_dir() or any(dest.iterdir())):
+            raise ConfigError(f"--out {dest} exists and is not empty; pass --force to replace it")
+        with console.status("connecting to Prefect…"):
+            server = prefect_server.ensure_server()
+        with open_ledger(ledger_url) as ledger, prefect_server.connected(server):
+            tid = trace_id or unique_trace_id(ledger, f"{wf.name}-{b.binding_id}-s{seed}-u{users}")
+            with console.status(f"running {users} root(s) of {wf.name}…"), _quiet_prefect(verbose):
+                run = run_native(
+                    wf, b, users=users, seed=seed, pool=pool_file, ledger=ledger,
+                    arrival_rate=arrival_rate, trace_id=tid,
+                )  # fmt: skip
+            failed = any(r.error for r in run.roots)
+            ledger.finish_run(tid, RunStatus.FAILED if failed else RunStatus.COMPLETED)
+            written = export_bundle(ledger.load_trace(tid), ledger.cas, dest, overwrite=force)
+            console.print(f"trace {tid} → {written}  (Prefect API {server.url})", highlight=False)
+            print_summary(console, run)
+            _await_prefect(console, ledger, tid, wait)
+    except MaserveError as exc:
+        fail(str(exc))
+
+
+def _await_prefect(console: Console, ledger: Ledger, trace_id: str, wait_s: float) -> None:
+    """Wait for Prefect to hold every linked task run, then check it against the ledger."""
+    from maserve_prefect.trace.prefect_export import SyncProgress, export_from_prefect
+    from maserve_prefect.trace.prefect_export import wait_for_prefect as wait_for
+
+    with console.status("waiting for Prefect to record the run…") as spinner:
+
+        def show(p: SyncProgress) -> None:
+            spinner.update(
+                f"waiting for Prefect to record the run… {p.num_final}/{p.num_expected} task "
+                f"runs final ({p.waited_s:.0f} s)"
+            )
+
+        progress = wait_for(ledger, trace_id, timeout_s=wait_s, on_poll=show)
+    if not progress.complete:
+        fail(
+            f"Prefect recorded {progress.num_recorded} of {progress.num_expected} task runs "
+            f"({progress.num_final} final) within {wait_s:.0f} s; the ledger and bundle are "
+            f"complete, Prefect's history is not — check the server log "
+            f"(`maserve server status`) and retry `maserve trace export --run {trace_id}`",
+            code=EXIT_PREFECT_MISMATCH,
+        )
+    agreement = export_from_prefect(ledger, trace_id=trace_id).agreement
+    if agreement.missing or agreement.unlinked or agreement.unfinished:
+        fail(
+            f"Prefect and the ledger disagree on run {trace_id}:\n{agreement.describe()}",
+            code=EXIT_PREFECT_MISMATCH,
+        )
+    console.print(
+        f"Prefect ↔ ledger: {agreement.num_task_runs} task runs = {agreement.num_ops} ops, "
+        f"one to one",
+        highlight=False,
+    )
+    if agreement.only_prefect or agreement.only_ledger or agreement.state_mismatch:
+        console.print(
+            f"[yellow]warning:[/] Prefect's recorded edges/states differ from the ledger's "
+            f"(the ledger is the source of truth):\n{agreement.describe()}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def print_summary(console: Console, run: NativeRun) -> None:
+    """Roots, ops by kind, tokens, root latency percentiles, graph shape and task quality."""
+    from maserve_prefect.bindings import summarize_quality
+    from maserve_prefect.metrics.graph import trace_graph_summary
+
+    trace = run.trace
+    done = [r for r in run.roots if r.error is None]
+    table = Table(title=f"Run {trace.manifest.trace_id}", show_header=False)
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("roots completed", f"{len(done)} / {len(run.roots)}")
+    table.add_row("roots failed", str(len(run.roots) - len(done)))
+    kinds = Counter(str(op.kind) for op in trace.ops)
+    table.add_row("ops", str(len(trace.ops)))
+    for kind, count in sorted(kinds.items()):
+        table.add_row(f"  {kind}", str(count))
+    table.add_row("input tokens", str(sum(op.num_input_tokens for op in trace.ops)))
+    table.add_row("output tokens", str(sum(op.num_output_tokens for op in trace.ops)))
+    if done:
+        latency = np.array([r.finish_s - r.arrival_s for r in done])
+        p50, p90, p99 = np.percentile(latency, [50, 90, 99])
+        table.add_row("root latency p50/p90/p99 (virtual s)", f"{p50:.2f} / {p90:.2f} / {p99:.2f}")
+    if trace.ops:
+        graph = trace_graph_summary(trace)
+        for name, dist in (
+            ("LLM calls per root", graph.num_calls),
+            ("graph depth", graph.depth),
+            ("antichain width", graph.antichain_width),
+        ):
+            table.add_row(f"{name} mean/p50/max", f"{dist.mean:.2f} / {dist.p50:g} / {dist.max:g}")
+    quality = summarize_quality(r.quality for r in run.roots if r.quality is not None)
+    table.add_row(
+        "task quality (pass rate, mean score)",
+        f"{quality.pass_rate:.2f}, {quality.mean_score:.2f} over {quality.num_instances}",
+    )
+    console.print(table)
+    if not run.meaningful_quality:
+        console.print(
+            "[dim]note: simulator answers are synthetic text, so task quality is not "
+            "meaningful here[/]"
+        )
+    for r in [r for r in run.roots if r.error][:SHOWN_ERRORS]:
+        console.print(f"[red]root {r.root_id} failed:[/] {r.error}", highlight=False)

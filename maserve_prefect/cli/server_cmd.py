@@ -1,0 +1,103 @@
+"""`maserve server start|stop|status`: the persistent local Prefect server, by hand.
+
+The one idea: thin commands over `maserve_prefect.prefect_server`. `maserve run` starts the
+server on demand; these commands let a user start it ahead of time (e.g. on a fixed port to open
+the API from elsewhere), check it, and stop it. Errors are one red line and exit code 1.
+
+Examples:
+    maserve server start --port 4242
+    maserve server status
+    maserve server stop
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from maserve_prefect import prefect_server
+from maserve_prefect.errors import MaserveError
+
+app = typer.Typer(no_args_is_help=True)
+
+HomeOption = Annotated[
+    Path | None,
+    typer.Option("--home", help="Server PREFECT_HOME (default: $MASERVE_HOME/prefect)."),
+]
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=1)
+
+
+def _table(info: prefect_server.ServerInfo) -> Table:
+    table = Table(title="Prefect server", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    table.add_row("running", "[green]yes[/]" if info.running else "[red]no[/]")
+    table.add_row("home", str(info.home))
+    if info.url is not None:
+        table.add_row("url", info.url)
+    if info.pid is not None:
+        table.add_row("pid", str(info.pid))
+    if info.uptime_s is not None:
+        table.add_row("uptime", f"{info.uptime_s:.0f} s")
+    table.add_row("log", str(info.log_path))
+    return table
+
+
+@app.command("start")
+def start_cmd(
+    home: HomeOption = None,
+    port: Annotated[
+        int | None,
+        typer.Option(help=f"TCP port (default: ${prefect_server.ENV_PREFECT_PORT} or a free one)."),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to answer.")] = 90.0,
+) -> None:
+    """Start the local Prefect server (or report the one already running)."""
+    console = Console()
+    try:
+        before = prefect_server.status(home)
+        with console.status("starting the Prefect server…"):
+            info = prefect_server.start(home, port, timeout_s=timeout)
+    except MaserveError as exc:
+        _fail(str(exc))
+    verb = "already running" if before.running and before.pid == info.pid else "started"
+    console.print(f"Prefect server {verb} at {info.url}", highlight=False)
+    console.print(_table(info))
+
+
+@app.command("stop")
+def stop_cmd(
+    home: HomeOption = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait before SIGKILL.")] = 20.0,
+) -> None:
+    """Stop the local Prefect server."""
+    try:
+        stopped = prefect_server.stop(home, timeout_s=timeout)
+    except MaserveError as exc:
+        _fail(str(exc))
+    Console().print("Prefect server stopped" if stopped else "no Prefect server was running")
+
+
+@app.command("status")
+def status_cmd(
+    home: HomeOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Show whether the local Prefect server runs, where, and for how long."""
+    try:
+        info = prefect_server.status(home)
+    except MaserveError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(info.as_dict(), sort_keys=True))
+    else:
+        Console().print(_table(info))

@@ -1,0 +1,375 @@
+"""The persistent local Prefect server the CLI records runs on: start, find, stop.
+
+The one idea: **one detached `prefect server start` per `MASERVE_HOME`, described by a state
+file.** `start()` launches the server in its own process group with `PREFECT_HOME` under the
+project data directory (`$MASERVE_HOME/prefect`), analytics and the UI off, logs to
+`<home>/server.log`, and writes its pid, port and URL to `<home>/server.json`; it returns only
+once `GET /api/health` answers. Later commands read that file (`status()`), reuse the server
+(`ensure_server()`), or end it (`stop()`: SIGTERM to the group, bounded wait, then SIGKILL).
+
+Why not Prefect's ephemeral mode: it starts a server subprocess per process and lost most task
+runs of a process that exited right after its flows (measured, Prefect 3.9.1; see DESIGN.md). A
+server that outlives the command keeps every run, and `maserve run` additionally waits until the
+API holds every task run the ledger recorded.
+
+`ensure_server()` prefers an API the caller already configured (`PREFECT_API_URL` in the
+environment or the active Prefect settings, e.g. a test server or a shared one); only when none
+is set does it start or reuse the managed local server.
+
+Examples:
+    >>> info = status()  # doctest: +SKIP
+    >>> info.running, info.url  # doctest: +SKIP
+    (True, 'http://127.0.0.1:4242/api')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from maserve_prefect.errors import ConfigError, PrefectServerError
+
+__all__ = [
+    "ENV_PREFECT_PORT",
+    "ServerInfo",
+    "api_healthy",
+    "configured_api_url",
+    "connected",
+    "ensure_server",
+    "server_home",
+    "start",
+    "status",
+    "stop",
+]
+
+ENV_PREFECT_PORT = "MASERVE_PREFECT_PORT"
+STATE_FILE = "server.json"
+LOG_FILE = "server.log"
+HOST = "127.0.0.1"
+# Lines of the server log quoted when it fails to start.
+LOG_TAIL_LINES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """Where the managed server is and whether it answers.
+
+    Attributes:
+        home: its `PREFECT_HOME` (database, state file, log).
+        running: the process is alive and `/api/health` answers.
+        url: API URL (`http://127.0.0.1:PORT/api`), or None if no server was recorded.
+        pid: process (and process-group) id, or None.
+        port: TCP port, or None.
+        started_at: ISO UTC start time, or None.
+        managed: True for the server in `home`; False for an API configured elsewhere.
+    """
+
+    home: Path
+    running: bool
+    url: str | None = None
+    pid: int | None = None
+    port: int | None = None
+    started_at: str | None = None
+    managed: bool = True
+
+    @property
+    def uptime_s(self) -> float | None:
+        """Seconds since start, when running."""
+        if not self.running or self.started_at is None:
+            return None
+        return (datetime.now(UTC) - datetime.fromisoformat(self.started_at)).total_seconds()
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log file."""
+        return self.home / LOG_FILE
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready fields plus uptime (for `maserve server status --json`)."""
+        data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        return {**data, "uptime_s": self.uptime_s}
+
+
+def server_home(home: Path | None = None) -> Path:
+    """The managed server's `PREFECT_HOME`: `home`, else `$MASERVE_HOME/prefect`.
+
+    Examples:
+        >>> server_home(Path("/data/ps")).as_posix()
+        '/data/ps'
+    """
+    if home is not None:
+        return Path(home).expanduser().resolve()
+    from maserve_prefect.settings import get_settings
+
+    return get_settings().home / "prefect"
+
+
+def api_healthy(url: str, *, timeout_s: float = 2.0) -> bool:
+    """Whether the Prefect API at `url` (ending in `/api`) answers its health check."""
+    try:
+        return httpx.get(f"{url.rstrip('/')}/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def status(home: Path | None = None) -> ServerInfo:
+    """The managed server recorded in `home` (see `server_home`): alive and healthy or not."""
+    home = server_home(home)
+    state = _read_state(home)
+    if state is None:
+        return ServerInfo(home=home, running=False)
+    pid, url = int(state["pid"]), str(state["url"])
+    running = _alive(pid) and api_healthy(url)
+    return ServerInfo(
+        home=home,
+        running=running,
+        url=url,
+        pid=pid,
+        port=int(state["port"]),
+        started_at=str(state["started_at"]),
+    )
+
+
+def start(
+    home: Path | None = None, port: int | None = None, *, timeout_s: float = 90.0
+) -> ServerInfo:
+    """Start the managed server (or return the one already running in `home`).
+
+    Args:
+        home: its `PREFECT_HOME` (default `$MASERVE_HOME/prefect`).
+        port: TCP port on 127.0.0.1; default `$MASERVE_PREFECT_PORT`, else a free port.
+        timeout_s: how long to wait for `/api/health` before giving up.
+
+    Raises:
+        ConfigError: the port is not a number or is in use by another process.
+        PrefectServerError: the server exited or did not answer in time (quotes its log).
+    """
+    home = server_home(home)
+    current = status(home)
+    if current.running:
+        return current
+    if current.pid is not None and _alive(current.pid) and _looks_like_prefect(current.pid):
+        _terminate(current.pid, grace_s=5.0)  # recorded but not answering: replace it
+    port = _choose_port(port)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / STATE_FILE).unlink(missing_ok=True)
+    url = f"http://{HOST}:{port}/api"
+    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
+    cmd += ["--no-ui", "--analytics-off", "--no-scheduler", "--no-late-runs"]
+    with (home / LOG_FILE).open("ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_server_env(home),
+            start_new_session=True,  # its own process group: `stop` signals the whole tree
+        )
+    started_at = datetime.now(UTC).isoformat()
+    deadline = time.monotonic() + timeout_s
+    while not api_healthy(url, timeout_s=1.0):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = (
+                f"exited with code {proc.returncode}"
+                if proc.poll() is not None
+                else f"did not answer {url}/health within {timeout_s:.0f} s"
+            )
+            _terminate(proc.pid, grace_s=5.0)
+            raise PrefectServerError(
+                f"Prefect server in {home} {why}; last lines of {home / LOG_FILE}:\n"
+                f"{_log_tail(home / LOG_FILE)}\n"
+                f"fix the cause above, or point PREFECT_API_URL at a running server"
+            )
+        time.sleep(0.25)
+    state = {"pid": proc.pid, "port": port, "url": url, "started_at": started_at}
+    _write_state(home, state)
+    return ServerInfo(
+        home=home, running=True, url=url, pid=proc.pid, port=port, started_at=started_at
+    )
+
+
+def stop(home: Path | None = None, *, timeout_s: float = 20.0) -> bool:
+    """Stop the managed server in `home`; return whether one was running.
+
+    SIGTERM goes to the server's process group; after `timeout_s` the group is killed.
+    """
+    home = server_home(home)
+    state = _read_state(home)
+    if state is None:
+        return False
+    pid = int(state["pid"])
+    was_running = _alive(pid) and _looks_like_prefect(pid)
+    if was_running:
+        _terminate(pid, grace_s=timeout_s)
+    (home / STATE_FILE).unlink(missing_ok=True)
+    return was_running
+
+
+def configured_api_url() -> str | None:
+    """The Prefect API URL set by the environment or the active Prefect settings, if any."""
+    from prefect.settings import get_current_settings
+
+    url = os.environ.get("PREFECT_API_URL") or get_current_settings().api.url
+    return str(url) if url else None
+
+
+def ensure_server(home: Path | None = None, *, timeout_s: float = 90.0) -> ServerInfo:
+    """An API to record runs on: the configured one, else the managed server (started if needed).
+
+    Raises:
+        PrefectServerError: the configured API does not answer, or the server cannot start.
+    """
+    url = configured_api_url()
+    if url is not None:
+        if not api_healthy(url, timeout_s=5.0):
+            raise PrefectServerError(
+                f"PREFECT_API_URL={url} does not answer {url.rstrip('/')}/health; start that "
+                f"server, or unset PREFECT_API_URL to let maserve manage a local one"
+            )
+        return ServerInfo(home=server_home(home), running=True, url=url, managed=False)
+    return start(home, timeout_s=timeout_s)
+
+
+@contextlib.contextmanager
+def connected(info: ServerInfo) -> Iterator[ServerInfo]:
+    """Point this process's Prefect client at `info.url` for the duration of the block.
+
+    Prefect reads its settings at import, so the environment variable alone is not enough;
+    `temporary_settings` switches the active settings too.
+    """
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if info.url is None:
+        raise PrefectServerError(f"no Prefect API URL recorded for server in {info.home}")
+    old = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = info.url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: info.url}):
+            yield info
+    finally:
+        if old is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = old
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+def _server_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_UI_ENABLED="false",
+        PREFECT_LOGGING_TO_API_ENABLED="false",
+    )
+    return env
+
+
+def _choose_port(port: int | None) -> int:
+    raw = port if port is not None else os.environ.get(ENV_PREFECT_PORT)
+    if raw is None or raw == "":
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            return int(s.getsockname()[1])
+    try:
+        chosen = int(raw)
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFECT_PORT}={raw!r} is not a port number") from None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, chosen))
+        except OSError as exc:
+            raise ConfigError(
+                f"port {chosen} on {HOST} is in use ({exc.strerror}); choose another with "
+                f"--port / {ENV_PREFECT_PORT}, or leave it unset for a free port"
+            ) from None
+    return chosen
+
+
+def _read_state(home: Path) -> dict[str, Any] | None:
+    path = home / STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise PrefectServerError(
+            f"{path} is unreadable ({exc}); stop the server by hand if one runs, then delete it"
+        ) from exc
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("pid"), int)
+        or not isinstance(data.get("port"), int)
+        or not isinstance(data.get("url"), str)
+        or not isinstance(data.get("started_at"), str)
+    ):
+        raise PrefectServerError(
+            f"{path} lacks an int pid/port or a url/started_at string; delete it and retry"
+        )
+    return data
+
+
+def _write_state(home: Path, state: dict[str, object]) -> None:
+    tmp = home / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(state, indent=1) + "\n")
+    tmp.replace(home / STATE_FILE)
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our own child that has exited: reap it
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _looks_like_prefect(pid: int) -> bool:
+    """Guard against a recycled pid: on Linux, check the command line names prefect."""
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.exists():
+        return True  # no procfs: trust the state file
+    with contextlib.suppress(OSError):
+        return b"prefect" in cmdline.read_bytes()
+    return False
+
+
+def _terminate(pid: int, *, grace_s: float) -> None:
+    """SIGTERM the process group led by `pid`, wait up to `grace_s`, then SIGKILL it."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(0.1)
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-LOG_TAIL_LINES:]) or "(empty log)"

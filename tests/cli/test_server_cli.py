@@ -1,0 +1,93 @@
+"""`maserve server start|status|stop` on a real server in a temporary home (always stopped)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from maserve_prefect import prefect_server
+from maserve_prefect.cli.server_cmd import app
+from maserve_prefect.errors import PrefectServerError
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "prefect"
+    try:
+        yield path
+    finally:
+        prefect_server.stop(path, timeout_s=10)
+
+
+def status_json(home: Path) -> dict[str, object]:
+    result = runner.invoke(app, ["status", "--home", str(home), "--json"])
+    assert result.exit_code == 0, result.output
+    data: dict[str, object] = json.loads(result.output)
+    return data
+
+
+def test_status_without_a_server_says_not_running(home: Path) -> None:
+    assert status_json(home)["running"] is False
+    result = runner.invoke(app, ["stop", "--home", str(home)])
+    assert result.exit_code == 0
+    assert "no Prefect server was running" in result.output
+
+
+def test_stale_state_file_is_not_running_and_corrupt_one_is_an_error(home: Path) -> None:
+    home.mkdir(parents=True)
+    state = home / prefect_server.STATE_FILE
+    # a pid that cannot be alive (beyond pid_max) and a port nothing listens on
+    state.write_text(
+        json.dumps(
+            {"pid": 2**22 + 1, "port": 9, "url": "http://127.0.0.1:9/api", "started_at": "x"}
+        )
+    )
+    assert prefect_server.status(home).running is False
+    state.write_text("{not json")
+    with pytest.raises(PrefectServerError, match=r"server\.json is unreadable"):
+        prefect_server.status(home)
+    result = runner.invoke(app, ["status", "--home", str(home)])
+    assert result.exit_code == 1
+    assert "delete it" in result.output
+    state.unlink()
+
+
+def test_busy_port_is_refused(home: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = runner.invoke(app, ["start", "--home", str(home), "--port", str(port)])
+    assert result.exit_code == 1
+    assert f"port {port}" in result.output and "in use" in result.output
+
+
+@pytest.mark.slow
+def test_start_reuse_status_stop(home: Path) -> None:
+    result = runner.invoke(app, ["start", "--home", str(home), "--timeout", "60"])
+    assert result.exit_code == 0, result.output
+    assert "started at http://127.0.0.1:" in result.output
+    info = status_json(home)
+    assert info["running"] is True
+    assert prefect_server.api_healthy(str(info["url"]))
+    assert (home / "server.log").exists()
+
+    again = runner.invoke(app, ["start", "--home", str(home)])
+    assert again.exit_code == 0, again.output
+    assert "already running" in again.output
+    assert status_json(home)["pid"] == info["pid"]
+
+    result = runner.invoke(app, ["stop", "--home", str(home)])
+    assert result.exit_code == 0, result.output
+    assert "stopped" in result.output
+    assert status_json(home)["running"] is False
+    with pytest.raises(ProcessLookupError):
+        os.killpg(int(str(info["pid"])), 0)  # the whole process group is gone
