@@ -60,18 +60,6 @@ class RootEnv:
 
     # -- inputs ----------------------------------------------------------------------------
 
-    def task_text(self) -> str:
-        """The instance's input rendered as prompt text."""
-        parts = []
-        for name, value in sorted(self.instance.inputs.items()):
-            if isinstance(value, Mapping):
-                for k, v in sorted(value.items()):
-                    if isinstance(v, str | int | float):
-                        parts.append(f"{name}.{k}: {v}")
-            else:
-                parts.append(f"{name}: {value}")
-        return "\n".join(parts)
-
     def deployment_of(self, stage: Stage, role: str) -> str:
         for p in stage.participants:
             if p.role == role:
@@ -108,8 +96,14 @@ class RootEnv:
         round: int = 0,
         template: str = "",
         wait_for: Sequence[Future] = (),
+        deployment: str | None = None,
     ) -> Future:
-        """Submit one model call of `role` in stage instance `stage_id`."""
+        """Submit one model call of `role` in stage instance `stage_id`.
+
+        The task instance reaches the model only as delivered artifacts (a stage that consumes
+        `task` sees it), so the spec's context rule decides everything a call sees. `deployment`
+        overrides the role's participant deployment (a heterogeneous Fork–Join worker).
+        """
         session_id = session or f"{stage_id}.{role}"
         ctx = context or ContextSpec.from_rule(stage.context)
         history = list(self.histories.get(session_id, ()))
@@ -129,9 +123,12 @@ class RootEnv:
             ]
             fut: Future = model_call.submit(
                 role=role,
-                deployment=self.deployment_of(stage, role),
+                deployment=(
+                    self.deployments.get(deployment, deployment)
+                    if deployment is not None
+                    else self.deployment_of(stage, role)
+                ),
                 system=self.prompt_of(stage, role),
-                task_input=self.task_text(),
                 delivered=list(delivered) + memory,
                 history=history,
                 context=ctx,

@@ -107,9 +107,13 @@ def _input_artifact(name: str, value: Any) -> Any:
         text = "\n".join(
             f"{k}: {v}" for k, v in sorted(value.items()) if isinstance(v, str | int | float)
         )
-        return Artifact(
-            name, text, {k: v for k, v in value.items() if isinstance(v, str | int | float | bool)}
-        )
+        fields = {k: v for k, v in value.items() if isinstance(v, str | int | float | bool)}
+        # A list of texts (a document's chunks) becomes fields `chunks_1`, `chunks_2`, ...: a
+        # stage selects one with `delivery: selected`; the artifact's text leaves them out.
+        for k, v in value.items():
+            if isinstance(v, list | tuple) and all(isinstance(x, str) for x in v):
+                fields.update({f"{k}_{i}": x for i, x in enumerate(v, 1)})
+        return Artifact(name, text, fields)
     return Artifact(name, str(value))
 
 
@@ -151,11 +155,9 @@ def run_native(
     harness = Harness(
         gate, manifest, dispatcher=dispatcher, ledger=ledger, content=content_model_for(b, seed)
     )
-    deployments = {
-        p.deployment: pool_file.resolve(p.deployment)
-        for s in wf.spec.stages
-        for p in s.participants
-    }
+    names = [p.deployment for s in wf.spec.stages for p in s.participants]
+    names += [d for s in wf.spec.stages for d in getattr(s.control, "worker_deployments", ())]
+    deployments = {name: pool_file.resolve(name) for name in names}
     key = harness.key
     _CONFIGS[key] = _RunConfig(wf, b, deployments)
     ids = list(b.info.instance_ids)
@@ -192,9 +194,10 @@ def run_native(
         _CONFIGS.pop(key, None)
     trace = Trace(
         manifest=manifest,
-        roots=list(harness.book.roots.values()),
-        stages=list(harness.book.stages.values()),
-        sessions=list(harness.book.sessions.values()),
+        # Records arrive in thread order; sort them so the same seed gives the same trace.
+        roots=sorted(harness.book.roots.values(), key=lambda r: r.root_id),
+        stages=sorted(harness.book.stages.values(), key=lambda s: (s.root_id, s.stage_id)),
+        sessions=sorted(harness.book.sessions.values(), key=lambda s: (s.root_id, s.session_id)),
         ops=sorted(harness.book.ops, key=_op_key),
     )
     return NativeRun(

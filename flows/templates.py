@@ -1,6 +1,6 @@
 """The four collaboration templates (and the single-call stage) as op-submitting stage functions.
 
-Each `run_<template>(env, stage, stage_id)` submits the stage's ops eagerly (futures as
+Each `run_<template>(env, stage, stage_id)` (and `run_single` / `run_tool` for plain stages) submits the stage's ops eagerly (futures as
 parameters, so the runner sees the graph ahead of readiness) and blocks only where the template's
 rule needs an output: a refinement verdict, a debate convergence check, a spawn count, an
 any / k-of-n join. It returns the stage's output artifacts by name (futures or artifacts).
@@ -41,6 +41,7 @@ from maserve_prefect.spec.templates import (
     SingleConfig,
     SpawnConfig,
     SyncMode,
+    ToolConfig,
     Topology,
 )
 
@@ -61,6 +62,22 @@ def run_single(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) ->
     return _outputs(stage, out)
 
 
+def run_tool(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) -> Outputs:
+    """A tool stage: one `tool_call` on the delivered artifacts; with `verdict`, the result
+    says accept / revise (on the simulator drawn per 1-based iteration, like a refinement round).
+    """
+    cfg = stage.control
+    assert isinstance(cfg, ToolConfig)
+    with scope(stage_id=stage_id, stage_name=stage.name, template="tool",
+               session_id=f"{stage_id}.{cfg.role}", role=cfg.role, iteration=iteration):  # fmt: skip
+        out = tool_call.submit(
+            tool=cfg.tool, args=_tool_args(env, cfg.tool), inputs=env.delivered(stage),
+            arg_from=cfg.arg_from or _tool_arg_from(cfg.tool), output=stage.outputs[0],
+            decision=Decision("accept", round=iteration + 1) if cfg.verdict else None,
+        )  # fmt: skip
+    return _outputs(stage, out)
+
+
 def run_fork_join(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) -> Outputs:
     cfg = stage.control
     assert isinstance(cfg, ForkJoinConfig)
@@ -75,6 +92,7 @@ def run_fork_join(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0)
             output="contribution",
             iteration=iteration,
             template="fork_join",
+            deployment=cfg.worker_deployments[i] if cfg.worker_deployments else None,
             decision=Decision("vote", limit=cfg.width, index=i, group=stage_id)
             if cfg.aggregation is Aggregation.VOTE
             else None,
@@ -282,6 +300,7 @@ def run_spawn(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) -> 
 
 RUNNERS: Mapping[str, Callable[[RootEnv, Stage, str, int], Outputs]] = {
     "single": run_single,
+    "tool": run_tool,
     "fork_join": run_fork_join,
     "refinement_loop": run_refinement_loop,
     "debate": run_debate,

@@ -1,9 +1,10 @@
 """Context construction: turn a stage's context rule and delivered artifacts into model input.
 
 Order of a prompt: the role's system prompt; the inherited history (only with `history:
-inherited`); one user turn holding the task input, then each delivered artifact in delivery order
-— whole under `full` delivery, reduced to the named fields under `selected` — then the turn's
-instruction. Selected vs Full therefore changes the realized input length, and with it the work
+inherited`); one user turn holding the task input (if any), then each delivered artifact in
+delivery order — whole under `full` delivery; under `selected`, an artifact named in `fields` is
+reduced to those fields and any other is delivered whole (so a rolling summary can take one chunk
+of a document plus the whole running summary) — then the turn's instruction. Selected vs Full therefore changes the realized input length, and with it the work
 the engine does; that is the point of the four-call control experiment.
 """
 
@@ -43,7 +44,7 @@ FULL_CONTEXT = ContextSpec()
 
 def render_artifact(art: Artifact, ctx: ContextSpec) -> str:
     """One delivered artifact as prompt text under the delivery rule."""
-    if ctx.delivery is Delivery.SELECTED:
+    if ctx.delivery is Delivery.SELECTED and art.name in ctx.fields:
         return f"[{art.name} from {art.producer or 'input'}] {art.select(ctx.fields.get(art.name, ()))}"
     return f"[{art.name} from {art.producer or 'input'}]\n{art.text}"
 

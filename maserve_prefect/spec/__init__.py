@@ -59,6 +59,7 @@ from maserve_prefect.spec.templates import (
     SpawnConfig,
     StageControl,
     TemplateConfig,
+    ToolConfig,
 )
 from maserve_prefect.spec.workload import Dependency, WorkloadSpec
 
@@ -97,6 +98,7 @@ __all__ = [
     "TaskBinding",
     "TaskInstance",
     "TemplateConfig",
+    "ToolConfig",
     "WorkloadSpec",
     "dump_spec",
     "example_names",

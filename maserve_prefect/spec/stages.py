@@ -34,7 +34,7 @@ from maserve_prefect.errors import SpecError
 from maserve_prefect.spec.artifacts import NAME_PATTERN
 from maserve_prefect.spec.base import SpecModel
 from maserve_prefect.spec.rules import Delivery, HistoryMode
-from maserve_prefect.spec.templates import StageControl
+from maserve_prefect.spec.templates import StageControl, ToolConfig
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 
@@ -107,6 +107,13 @@ class Stage(SpecModel):
                 raise SpecError(
                     f"stage {self.name!r}: control {self.control.kind} names role {role!r}, which "
                     f"is not a participant (participants: {', '.join(roles)})"
+                )
+        if isinstance(self.control, ToolConfig):
+            runner = next(p for p in self.participants if p.role == self.control.role)
+            if self.control.tool not in runner.tools:
+                raise SpecError(
+                    f"stage {self.name!r}: tool control runs {self.control.tool!r}, but participant "
+                    f"{runner.role!r} does not list it in tools ({', '.join(runner.tools) or 'none'})"
                 )
         _no_repeats(self.name, "inputs", self.inputs + self.optional_inputs)
         _no_repeats(self.name, "outputs", self.outputs)

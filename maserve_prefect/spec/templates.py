@@ -1,11 +1,13 @@
 """Template configs: the control rule of a stage (who calls whom, how often, when it is done).
 
-The four collaboration templates, plus `single` (one participant, one call) for plain stages:
+The four collaboration templates, plus `single` (one participant, one call) and `tool` (one
+participant runs one registered tool, no model call: e.g. "run the tests") for plain stages:
 
 - **Spawn**: a parent creates children, a fixed number or as many as it decides (bounded by
   `max_children`); children start from the parent's history or fresh, return their full output or
   a summary, and the parent resumes when the completion rule is met.
-- **Fork–Join**: `width` workers run the same step concurrently; the sync rule says how many must
+- **Fork–Join**: `width` workers run the same step concurrently (optionally each on its own
+  deployment: `worker_deployments`, a heterogeneous ensemble); the sync rule says how many must
   finish; an aggregation merges their outputs (concat / vote are transforms, select_best /
   summarize are model calls of `aggregator_role`).
 - **Refinement Loop**: a generator drafts, an evaluator (a model, a tool, or the binding's own
@@ -41,6 +43,30 @@ class SingleConfig(SpecModel):
 
     kind: Literal["single"] = "single"
     role: Role
+
+    def roles(self) -> tuple[str, ...]:
+        """Roles this control refers to."""
+        return (self.role,)
+
+
+class ToolConfig(SpecModel):
+    """One participant runs one registered tool on the stage's delivered artifacts.
+
+    `arg_from` maps a tool argument to the artifact whose text fills it; `verdict` makes the
+    result carry `verdict: accept | revise` (tests passed or not), so a `Choice` or a
+    `Repeat ... until` can branch on it. The participant must list the tool in its `tools`; its
+    deployment is not used (a tool op takes no engine time).
+
+    Examples:
+        >>> ToolConfig(role="tester", tool="run_tests", arg_from={"code": "code"}).roles()
+        ('tester',)
+    """
+
+    kind: Literal["tool"] = "tool"
+    role: Role
+    tool: str = Field(min_length=1)
+    arg_from: dict[str, Role] = Field(default_factory=dict)
+    verdict: bool = False
 
     def roles(self) -> tuple[str, ...]:
         """Roles this control refers to."""
@@ -131,10 +157,16 @@ class ForkJoinConfig(SpecModel):
     sync: JoinRule = JoinRule()
     aggregation: Aggregation = Aggregation.CONCAT
     aggregator_role: Role | None = None
+    worker_deployments: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> ForkJoinConfig:
         self.sync.check_width(self.width, "workers (width)")
+        if self.worker_deployments and len(self.worker_deployments) != self.width:
+            raise SpecError(
+                f"fork_join worker_deployments lists {len(self.worker_deployments)} deployments "
+                f"for width {self.width}; give one per worker or leave it out"
+            )
         if self.aggregation.needs_model and self.aggregator_role is None:
             raise SpecError(
                 f"fork_join aggregation {self.aggregation.value!r} needs aggregator_role"
@@ -262,7 +294,7 @@ TemplateConfig = Annotated[
 """One of the four collaboration templates."""
 
 StageControl = Annotated[
-    SingleConfig | SpawnConfig | ForkJoinConfig | RefinementLoopConfig | DebateConfig,
+    SingleConfig | ToolConfig | SpawnConfig | ForkJoinConfig | RefinementLoopConfig | DebateConfig,
     Field(discriminator="kind"),
 ]
-"""The control of a stage: a single call or one of the four templates."""
+"""The control of a stage: a single call, a tool run, or one of the four templates."""

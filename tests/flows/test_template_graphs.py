@@ -1,0 +1,185 @@
+"""Each template's realized graph, exactly, for fixed configs whose shape no content draw changes.
+
+The expected numbers follow from the template rule by hand (no run supplies them):
+
+- Spawn, 3 fixed children, full return, wait for all: plan → 3 children → parent resumes.
+  5 calls; data edges: 3 (children ← plan) + 4 (resume ← plan, 3 children) = 7. In the LLM graph
+  the edge plan → resume is transitive, so 6 edges; depth 3; 3 children can run at once.
+- Fork–Join, 4 workers, vote: 4 calls + a majority-vote transform (4 data edges); the LLM graph
+  has no edges: depth 1, antichain 4. With `summarize` (3 workers) the aggregator is a call:
+  4 calls, 3 edges, depth 2, antichain 3.
+- Refinement Loop, `accept: never`, 3 rounds: draft/critique × 3 and a review transform.
+  Data edges: 3 (critique ← draft) + 2 × 2 (draft ← last draft and critique) + 2 (review) = 9.
+  The LLM graph is one chain of 6 calls (5 edges after transitive reduction): depth 6, antichain 1.
+- Debate, asynchronous (no convergence check, so every round runs), 3 peers, 2 rounds,
+  all-to-all, judge: round 2 peers see the other two (6 edges), the judge sees round 2 (3):
+  7 calls, 9 data edges, depth 3, antichain 3. On a ring with 3 rounds and no judge: each peer
+  sees one neighbour (3 edges per round after the first) and a concat transform joins round 3:
+  9 calls, 3 + 3 + 3 = 9 data edges, 6 LLM edges, depth 3, antichain 3.
+"""
+
+from __future__ import annotations
+
+import itertools
+import textwrap
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+from maserve_prefect.flows.native import run_native
+from maserve_prefect.flows.workflows import Workflow
+
+from maserve_prefect.metrics.graph import root_graph_stats
+from maserve_prefect.spec.io import spec_from_yaml
+from maserve_prefect.trace.model import EdgeKind, OpKind, Trace
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+_HEADER = """
+name: {name}
+artifacts:
+  - name: task
+    fields: [{{name: question}}]
+  - name: out
+    fields: [{{name: answer}}, {{name: verdict, choices: [accept, revise]}}, {{name: draft}}]
+inputs: [task]
+stages:
+  - name: s
+    inputs: [task]
+    outputs: [out]
+    participants:
+{participants}
+    control:
+{control}
+composition: s
+"""
+
+
+def make_workflow(name: str, roles: list[str], control: str) -> Workflow:
+    """A one-stage workflow of `control` (YAML lines) with `roles` on the `main` deployment."""
+    participants = "\n".join(f"      - {{role: {r}, deployment: main}}" for r in roles)
+    body = "\n".join(f"      {line}" for line in textwrap.dedent(control).strip().splitlines())
+    spec = spec_from_yaml(_HEADER.format(name=name, participants=participants, control=body))
+    return Workflow(name, spec, "science_qa")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a root's realized graph must be."""
+
+    ops: dict[OpKind, int]
+    edges: dict[EdgeKind, int]
+    llm_edges: int
+    depth: int
+    antichain: int
+
+
+def shape_of(trace: Trace) -> Shape:
+    (root,) = trace.roots
+    stats = root_graph_stats(trace, root.root_id)
+    return Shape(
+        ops=dict(Counter(op.kind for op in trace.ops)),
+        edges=dict(Counter(dep.kind for op in trace.ops for dep in op.deps)),
+        llm_edges=stats.num_edges,
+        depth=stats.depth,
+        antichain=stats.antichain_width,
+    )
+
+
+CASES = {
+    "spawn": (
+        ["lead", "worker"],
+        """
+        kind: spawn
+        parent_role: lead
+        child_role: worker
+        children: fixed
+        num_children: 3
+        return_mode: full
+        """,
+        Shape({OpKind.MODEL: 5}, {EdgeKind.DATA: 7}, llm_edges=6, depth=3, antichain=3),
+    ),
+    "fork_join_vote": (
+        ["solver"],
+        "{kind: fork_join, worker_role: solver, width: 4, aggregation: vote}",
+        Shape(
+            {OpKind.MODEL: 4, OpKind.TRANSFORM: 1},
+            {EdgeKind.DATA: 4},
+            llm_edges=0,
+            depth=1,
+            antichain=4,
+        ),
+    ),
+    "fork_join_summarize": (
+        ["solver", "judge"],
+        """
+        {kind: fork_join, worker_role: solver, width: 3, aggregation: summarize,
+         aggregator_role: judge}
+        """,
+        Shape({OpKind.MODEL: 4}, {EdgeKind.DATA: 3}, llm_edges=3, depth=2, antichain=3),
+    ),
+    "refinement_never": (
+        ["writer", "critic"],
+        """
+        {kind: refinement_loop, generator_role: writer, evaluator_role: critic,
+         accept: {rule: never}, max_rounds: 3}
+        """,
+        Shape(
+            {OpKind.MODEL: 6, OpKind.TRANSFORM: 1},
+            {EdgeKind.DATA: 9},
+            llm_edges=5,
+            depth=6,
+            antichain=1,
+        ),
+    ),
+    "debate_async_judge": (
+        ["pro", "con", "skeptic", "judge"],
+        """
+        {kind: debate, peers: [pro, con, skeptic], rounds: 2, topology: all_to_all,
+         sync: asynchronous, judge_role: judge}
+        """,
+        Shape({OpKind.MODEL: 7}, {EdgeKind.DATA: 9}, llm_edges=9, depth=3, antichain=3),
+    ),
+    "debate_ring": (
+        ["pro", "con", "skeptic"],
+        """
+        {kind: debate, peers: [pro, con, skeptic], rounds: 3, topology: ring,
+         sync: asynchronous}
+        """,
+        Shape(
+            {OpKind.MODEL: 9, OpKind.TRANSFORM: 1},
+            {EdgeKind.DATA: 9},
+            llm_edges=6,
+            depth=3,
+            antichain=3,
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_template_realizes_its_exact_graph(case: str) -> None:
+    roles, control, expected = CASES[case]
+    wf = make_workflow(case, roles, control)
+    run = run_native(wf, users=1, seed=5)
+    assert [r.error for r in run.roots] == [None]
+    assert shape_of(run.trace) == expected
+
+
+def test_spawn_children_depend_only_on_the_plan() -> None:
+    roles, control, _ = CASES["spawn"]
+    run = run_native(make_workflow("spawn", roles, control), users=1, seed=0)
+    children = [op for op in run.trace.ops if op.role == "worker"]
+    plan = next(op for op in run.trace.ops if op.role == "lead" and not op.deps)
+    assert len(children) == 3
+    assert all([d.op_id for d in c.deps] == [plan.op_id] for c in children)
+
+
+def test_refinement_rounds_are_numbered_and_feed_forward() -> None:
+    roles, control, _ = CASES["refinement_never"]
+    run = run_native(make_workflow("refine", roles, control), users=1, seed=0)
+    drafts = sorted((op for op in run.trace.ops if op.role == "writer"), key=lambda o: o.round)
+    assert [d.round for d in drafts] == [1, 2, 3]
+    critiques = {op.round: op.op_id for op in run.trace.ops if op.role == "critic"}
+    for prev, draft in itertools.pairwise(drafts):
+        assert {d.op_id for d in draft.deps} == {prev.op_id, critiques[prev.round]}
