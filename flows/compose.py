@@ -75,8 +75,15 @@ def run_node(env: RootEnv, node: Node, iteration: int = 0) -> None:
             run_stage(env, source, _stage_id(node.source, iteration), iteration)
         target = env.spec.stage(node.target)
         if node.carry is HandoffCarry.HISTORY and target.context.history is HistoryMode.INHERITED:
+            # The target continues the source's conversation: its longest session's turns.
+            prefix = f"{_stage_id(node.source, iteration)}."
+            sessions = sorted(
+                (k for k in env.histories if k.startswith(prefix)),
+                key=lambda k: (-len(env.histories[k]), k),
+            )
+            turns = env.histories[sessions[0]] if sessions else []
             for role in target.roles():
-                env.histories.setdefault(f"{_stage_id(node.target, iteration)}.{role}", [])
+                env.inherit(f"{_stage_id(node.target, iteration)}.{role}", turns)
         run_stage(env, target, _stage_id(node.target, iteration), iteration)
     else:  # pragma: no cover - the spec's union is closed
         raise TypeError(f"unknown composition node {node!r}")

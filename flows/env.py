@@ -22,12 +22,12 @@ from maserve_prefect.tasks import (
     state_read,
     state_write,
 )
-from maserve_prefect.tasks.context import Message
 from prefect.futures import PrefectFuture
 
 from maserve_prefect.runtime.oprun import scope
 from maserve_prefect.spec.binding import TaskBinding, TaskInstance
 from maserve_prefect.spec.memory import MemoryNamespace, MemoryScope
+from maserve_prefect.spec.rules import HistoryMode
 from maserve_prefect.spec.stages import Stage
 from maserve_prefect.spec.workload import WorkloadSpec
 
@@ -45,7 +45,9 @@ class RootEnv:
         binding / instance: the task binding and the instance this root solves.
         deployments: spec deployment name → pool deployment name (identity when absent).
         artifacts: produced artifacts by name (futures), filled as stages run.
-        histories: session id → private chat history (for `history: inherited`).
+        histories: session id → the session's earlier outputs, in order (futures); a call with
+            `history: inherited` replays them as chat turns (each output carries the user turn
+            that produced it), and they are data edges of the call.
     """
 
     root_id: str
@@ -55,7 +57,7 @@ class RootEnv:
     instance: TaskInstance
     deployments: Mapping[str, str] = field(default_factory=dict)
     artifacts: dict[str, Future | Artifact] = field(default_factory=dict)
-    histories: dict[str, list[Message]] = field(default_factory=dict)
+    histories: dict[str, list[Future | Artifact]] = field(default_factory=dict)
     done_stages: set[str] = field(default_factory=set)
 
     # -- inputs ----------------------------------------------------------------------------
@@ -106,7 +108,8 @@ class RootEnv:
         """
         session_id = session or f"{stage_id}.{role}"
         ctx = context or ContextSpec.from_rule(stage.context)
-        history = list(self.histories.get(session_id, ()))
+        inherited = ctx.history is HistoryMode.INHERITED
+        history = list(self.histories.get(session_id, ())) if inherited else []
         readable, writable = self._memory(stage, role)
         with scope(
             stage_id=stage_id,
@@ -141,6 +144,7 @@ class RootEnv:
                 state_write.submit(
                     name=ns.name, value=fut, persistent=ns.scope is MemoryScope.PERSISTENT
                 )
+        self.histories.setdefault(session_id, []).append(fut)
         return fut
 
     def _memory(
@@ -155,9 +159,9 @@ class RootEnv:
             [m for m in shared if role in m.writers],
         )
 
-    def remember(self, session: str, user: str, answer: Artifact) -> None:
-        """Append a turn to a session's private history (inherited by later calls)."""
-        self.histories.setdefault(session, []).extend([("user", user), ("assistant", answer.text)])
+    def inherit(self, session: str, turns: list[Future | Artifact]) -> None:
+        """Start `session` from `turns` (a spawned child inherits its parent's conversation)."""
+        self.histories[session] = list(turns) + self.histories.get(session, [])
 
 
 def resolve(value: Future | Artifact) -> Artifact:

@@ -267,15 +267,17 @@ def run_spawn(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) -> 
         assert cfg.num_children is not None
         count = cfg.num_children
     child_ctx = ContextSpec(history=cfg.child_context)
-    if cfg.child_context is HistoryMode.INHERITED:
-        env.histories.setdefault(parent_session, [])
+    inherited = cfg.child_context is HistoryMode.INHERITED
+    if inherited:  # a child continues the parent's conversation (which ends with the plan)
+        for i in range(count):
+            env.inherit(f"{stage_id}.child{i}", env.histories.get(parent_session, [plan]))
     children = [
         env.call(
             stage,
             cfg.child_role,
             stage_id=stage_id,
             session=f"{stage_id}.child{i}",
-            delivered=[plan],
+            delivered=[] if inherited else [plan],
             output="child_result",
             iteration=iteration,
             context=child_ctx,

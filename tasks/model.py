@@ -27,6 +27,9 @@ from maserve_prefect.trace.cas import canonical_json
 from maserve_prefect.trace.model import GenerationSettings, OpKind
 
 DEFAULT_MAX_TOKENS = 1024
+TURN_FIELD = "_turn"
+"""Artifact field holding the CAS digest of the user turn that produced a model output, so a
+later call with inherited history can replay the exchange exactly."""
 
 
 class ModelCallError(EngineError):
@@ -86,7 +89,7 @@ def model_call(
     system: str,
     task_input: str = "",
     delivered: Sequence[Artifact] = (),
-    history: Sequence[Message] = (),
+    history: Sequence[Artifact] = (),
     context: ContextSpec = FULL_CONTEXT,
     instruction: str = "",
     output: str = "output",
@@ -103,7 +106,8 @@ def model_call(
         system: the role prompt.
         task_input: the task instance's input text.
         delivered: upstream artifacts (pass futures: they become data edges).
-        history: the session's private history (used with `history: inherited`).
+        history: the session's earlier outputs (pass futures: data edges); with `history:
+            inherited` each is replayed as its user turn and the model's answer.
         context: delivery rule (Full vs Selected).
         instruction: the turn's instruction.
         output: name of the produced artifact.
@@ -112,16 +116,22 @@ def model_call(
         temperature, priority: generation settings.
     """
     op, h = this_op("model_call")
+    turns: list[Message] = []
+    for earlier in history:
+        ref = earlier.field(TURN_FIELD)
+        turns.append(("user", h.store.get(ref).decode() if ref else ""))
+        turns.append(("assistant", earlier.text))
     messages = build_messages(
         system,
         task_input,
         delivered=delivered,
-        history=history,
+        history=turns,
         context=context,
         instruction=instruction,
     )
     op.input_refs = [h.store.put(canonical_json([list(m) for m in messages]))]
-    op.input_refs += [a.digest for a in delivered if a.digest]
+    op.input_refs += [a.digest for a in (*history, *delivered) if a.digest]
+    turn_ref = h.store.put(messages[-1][1].encode())
     prompt_ids = tuple(chat_token_ids(messages))
     tags = {"op": op.op_id, "root": op.scope.root_id, "workflow": op.scope.workflow}
     if h.engine_kind == "sim":
@@ -160,7 +170,7 @@ def model_call(
     art = Artifact(
         name=output,
         text=text,
-        fields=_decide(decision, text, h, op),
+        fields={**_decide(decision, text, h, op), TURN_FIELD: turn_ref},
         num_tokens=outcome.num_output_tokens or count_tokens(text),
         producer=op.op_id,
     )

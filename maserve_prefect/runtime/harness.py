@@ -14,7 +14,7 @@ import contextvars
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from maserve_prefect.engine.protocol import Control, Outcome, OutcomeStatus, Request
@@ -94,43 +94,58 @@ class Harness:
 
     # -- hierarchy -------------------------------------------------------------------------
 
+    @staticmethod
+    def qualify(s: Scope) -> Scope:
+        """The scope with trace-unique ids: stage `root/stage`, session `root/session`.
+
+        Flows name stage instances and sessions relative to their root ("generate",
+        "refine#1", "refine.critic"); records need ids unique in the whole trace.
+        """
+        root = s.root_id
+        stage = s.stage_id or "main"
+        q_stage = stage if stage.startswith(root + "/") else f"{root}/{stage}"
+        session = s.session_id
+        q_session = (
+            session if not session or session.startswith(root + "/") else f"{root}/{session}"
+        )
+        return replace(s, stage_id=q_stage, session_id=q_session)
+
     def see_scope(self, s: Scope) -> None:
         """Record the root / stage / session of a scope the first time it is seen."""
+        q = self.qualify(s)
         with self._lock:
-            if s.root_id not in self.book.roots:
-                root = RootRecord(root_id=s.root_id, workflow=s.workflow, arrival_s=self.gate.now())
-                self.book.roots[s.root_id] = root
+            if q.root_id not in self.book.roots:
+                root = RootRecord(root_id=q.root_id, workflow=q.workflow, arrival_s=self.gate.now())
+                self.book.roots[q.root_id] = root
                 if self.ledger is not None:
                     self.ledger.add_root(self.trace_id, root)
-            if s.stage_id and s.stage_id not in self.book.stages:
+            if q.stage_id not in self.book.stages:
                 stage = StageRecord(
-                    stage_id=s.stage_id,
-                    root_id=s.root_id,
-                    name=s.stage_name or s.stage_id,
-                    template=s.template,
-                    iteration=s.iteration,
+                    stage_id=q.stage_id,
+                    root_id=q.root_id,
+                    name=q.stage_name or s.stage_id or "main",
+                    template=q.template,
+                    iteration=q.iteration,
                 )
-                self.book.stages[s.stage_id] = stage
+                self.book.stages[q.stage_id] = stage
                 if self.ledger is not None:
                     self.ledger.add_stage(self.trace_id, stage)
-            if s.session_id and s.session_id not in self.book.sessions:
+            if q.session_id and q.session_id not in self.book.sessions:
                 session = SessionRecord(
-                    session_id=s.session_id, root_id=s.root_id, stage_id=s.stage_id, role=s.role
+                    session_id=q.session_id, root_id=q.root_id, stage_id=q.stage_id, role=q.role
                 )
-                self.book.sessions[s.session_id] = session
+                self.book.sessions[q.session_id] = session
                 if self.ledger is not None:
                     self.ledger.add_session(self.trace_id, session)
 
     def new_op_id(self, s: Scope) -> str:
-        """`root/stage/session/n`, n counting that session's ops.
+        """`{session or stage}/n` over the qualified ids, n counting that session's ops.
 
         A session's ops are submitted by one thread in program order, so n — and the id — is
         reproducible even when branches of one root submit from several threads.
         """
-        parts = [s.root_id, s.stage_id or "main"]
-        if s.session_id:
-            parts.append(s.session_id)
-        prefix = "/".join(parts)
+        q = self.qualify(s)
+        prefix = q.session_id or q.stage_id
         return f"{prefix}/{self.counter.next(prefix)}"
 
     # -- ops -------------------------------------------------------------------------------
@@ -142,7 +157,10 @@ class Harness:
         instant as the write it read, on another thread, so this waits (briefly, in wall time)
         for every dep to be recorded — the ledger refuses dangling deps.
         """
-        record = op.to_record()
+        q = self.qualify(op.scope)
+        record = op.to_record().model_copy(
+            update={"stage_id": q.stage_id, "session_id": q.session_id}
+        )
         deps = {d.op_id for d in record.deps}
         with self._recorded_cv:
             if not self._recorded_cv.wait_for(lambda: deps <= self._recorded, timeout=60):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from maserve_prefect.flows.native import run_native
+
 from maserve_prefect.trace.model import EdgeKind, OpKind
 
 pytestmark = pytest.mark.usefixtures("prefect_api")

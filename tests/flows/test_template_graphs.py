@@ -183,3 +183,42 @@ def test_refinement_rounds_are_numbered_and_feed_forward() -> None:
     critiques = {op.round: op.op_id for op in run.trace.ops if op.role == "critic"}
     for prev, draft in itertools.pairwise(drafts):
         assert {d.op_id for d in draft.deps} == {prev.op_id, critiques[prev.round]}
+
+
+def test_inherited_child_context_replays_the_parents_turn() -> None:
+    """A child spawned with inherited context continues the parent's conversation: its prompt
+    holds the parent's user turn and plan (more input tokens than a fresh child) and the plan
+    op is its data predecessor through the history."""
+    control = """
+        kind: spawn
+        parent_role: lead
+        child_role: worker
+        children: fixed
+        num_children: 2
+        child_context: {mode}
+        """
+    runs = {
+        mode: run_native(
+            make_workflow(f"spawn_{mode}", ["lead", "worker"], control.format(mode=mode)),
+            users=1,
+            seed=5,
+        )
+        for mode in ("fresh", "inherited")
+    }
+    for mode, run in runs.items():
+        ops = {op.op_id: op for op in run.trace.ops}
+        plan = next(op for op in run.trace.ops if op.session_id.endswith(".lead"))
+        children = [
+            op for op in ops.values() if ".worker" in op.session_id or ".child" in op.session_id
+        ]
+        assert children, mode
+        for child in children:
+            assert (plan.op_id, EdgeKind.DATA) in {(d.op_id, d.kind) for d in child.deps}
+    fresh = sorted(
+        op.num_input_tokens for op in runs["fresh"].trace.ops if ".child" in op.session_id
+    )
+    inherited = sorted(
+        op.num_input_tokens for op in runs["inherited"].trace.ops if ".child" in op.session_id
+    )
+    assert len(fresh) == len(inherited) == 2
+    assert all(i > f for i, f in zip(inherited, fresh, strict=True))

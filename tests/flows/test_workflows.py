@@ -106,7 +106,7 @@ def test_every_workflow_runs_one_root(name: str) -> None:
     assert ops and all(op.times.completed_s is not None for op in ops)
     assert any(op.kind is OpKind.MODEL for op in ops)
     stages = {s.name for s in get_workflow(name).spec.stages}
-    assert {op.stage_id.split("#")[0] for op in ops} <= stages
+    assert {op.stage_id.split("/", 1)[1].split("#")[0] for op in ops} <= stages
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -137,7 +137,7 @@ def test_hierarchical_summary_stages_read_only_their_chunk() -> None:
     run = run_native("hierarchical_summary", users=1, seed=0)
     binding = get_binding(get_workflow("hierarchical_summary").default_binding)
     chunks = binding.instance(run.roots[0].instance_id).inputs["document"]["chunks"]
-    calls = {op.stage_id: op for op in run.trace.ops}
+    calls = {op.stage_id.split("/", 1)[1]: op for op in run.trace.ops}
     for stage, index in (("chain_a1", 0), ("chain_a3", 2), ("chain_b1", 3), ("chain_b3", 5)):
         prompt = json.dumps(run.harness.store.get_json(calls[stage].input_refs[0]))
         seen = [i for i, chunk in enumerate(chunks) if json.dumps(chunk)[1:-1] in prompt]
@@ -147,7 +147,10 @@ def test_hierarchical_summary_stages_read_only_their_chunk() -> None:
 
 
 def _by_stage(run: NativeRun) -> dict[str, tuple[int, int]]:
-    return {op.stage_id: (op.num_input_tokens, op.num_output_tokens) for op in run.trace.ops}
+    return {
+        op.stage_id.split("/", 1)[1]: (op.num_input_tokens, op.num_output_tokens)
+        for op in run.trace.ops
+    }
 
 
 @pytest.mark.usefixtures("prefect_api")
