@@ -11,20 +11,30 @@ What it does differently from Prefect's ThreadPoolTaskRunner:
 - **Records the Semantic Trace.** Hierarchy comes from `scope(...)` at submission; typed deps from
   the futures in parameters (data) and `wait_for` (control), plus state deps ops add while running;
   ready / submitted / completed times come from the harness clock; each finished op is appended
-  to the ledger synchronously, linked to its Prefect task run. Task runs are named by op id and
-  tagged only with low-cardinality tags (template, op kind).
+  to the ledger synchronously, linked to its Prefect task run. Task runs are named by op id (on a
+  shallow copy of the task: `Task.with_options` re-reads the function's source per call and was
+  most of the runner's per-op cost) and carry no tags.
 - **Virtual time in lockstep.** Under a `VirtualGate`, the flow thread and each running op are
   gate participants: a future's `wait`/`result` blocks through the gate, so virtual time advances
   only when everything started is finished or waiting on the clock.
+- **Wraps another runner.** With `inner=` (e.g. prefect-dask's `DaskTaskRunner`), ready ops go to
+  `inner.submit(...)` instead of the local threads, with upstream futures replaced by their final
+  states (picklable, and Prefect still records the task-run inputs). The op is recorded here, in
+  the main process, from a done-callback on the inner future — no thread parks on it. maserve ops
+  (model, tool, state, ...) need this process's harness (dispatcher, CAS, clock), which a worker
+  process lacks: on the simulator (virtual time) submitting one fails with a `ConfigError`; under a
+  wall-clock harness (`WallGate`) they run on the local threads and only plain Prefect tasks go to
+  the inner runner.
 
-The runner pickles as its settings plus a harness key, so it can be duplicated per flow run and
-wrap other runners' processes; the harness itself stays in the process that built it.
+The runner pickles as its settings, a harness key and the inner runner, so it can be duplicated
+per flow run and shipped to other processes; the harness itself stays in the process that built it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import copy
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -33,63 +43,27 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from prefect.context import FlowRunContext
-from prefect.futures import PrefectConcurrentFuture, PrefectFuture
+from prefect.futures import PrefectFuture
+from prefect.states import Failed
 from prefect.task_runners import TaskRunner
 from prefect.utilities.collections import visit_collection
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.runtime.harness import Harness, active_harness, bound, get_harness
+from maserve_prefect.runtime.lockstep import VirtualGate
+from maserve_prefect.runtime.opfutures import (
+    MAServeFuture,
+    final_state_of,
+    future_done,
+    is_participant,
+    mark_participant,
+)
 from maserve_prefect.runtime.oprun import OpRun, current_scope, running
 from maserve_prefect.runtime.plans import Unit
-from maserve_prefect.tasks.ops_common import op_kind_of
+from maserve_prefect.tasks.ops_common import OP_KIND_ATTR, op_kind_of
 from maserve_prefect.trace.model import EdgeKind, OpStatus
 
-_participant = threading.local()
-
-
-def _is_participant() -> bool:
-    return bool(getattr(_participant, "on", False))
-
-
-def mark_participant(on: bool) -> None:
-    """Declare that the calling thread is (or no longer is) counted by the gate.
-
-    A driver that admits a root's thread before starting it calls `mark_participant(True)` in
-    that thread, so the runner does not count it twice.
-    """
-    _participant.on = on
-
-
-class MAServeFuture(PrefectConcurrentFuture[Any]):
-    """A Prefect future whose waits go through the lockstep gate."""
-
-    def __init__(
-        self,
-        task_run_id: uuid.UUID,
-        wrapped: concurrent.futures.Future[Any],
-        runner: MAServeTaskRunner,
-        op_id: str,
-    ) -> None:
-        super().__init__(task_run_id=task_run_id, wrapped_future=wrapped)
-        self._runner = runner
-        self.op_id = op_id
-
-    def _gate_wait(self) -> None:
-        fut = self._wrapped_future
-        harness = self._runner._harness
-        if fut.done() or harness is None or not _is_participant():
-            return
-        harness.gate.block(
-            lambda wake: fut.add_done_callback(lambda _: wake()), what=f"future of {self.op_id}"
-        )
-
-    def wait(self, timeout: float | None = None) -> None:
-        self._gate_wait()
-        super().wait(timeout)
-
-    def result(self, timeout: float | None = None, raise_on_failure: bool = True) -> Any:
-        self._gate_wait()
-        return super().result(timeout=timeout, raise_on_failure=raise_on_failure)
+__all__ = ["MAServeFuture", "MAServeTaskRunner", "mark_participant"]
 
 
 @dataclass(slots=True, eq=False)
@@ -104,6 +78,8 @@ class _Node:
     dependencies: dict[str, set[Any]] | None
     context: Context
     future: MAServeFuture
+    flow_run_id: str | None
+    remote: bool
     downstream: list[_Node] = field(default_factory=list)
     upstream: list[_Node] = field(default_factory=list)
     num_pending: int = 0
@@ -116,45 +92,77 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
     """Prefect task runner for maserve ops (see the module docstring).
 
     Args:
-        max_workers: worker threads that execute ready ops.
+        max_workers: worker threads that execute ready ops in this process.
         harness: key of a registered harness; None uses the harness active when the runner
             starts (`maserve_prefect.runtime.harness.activate`).
+        inner: a task runner that executes ready ops instead of the local threads (e.g.
+            `prefect_dask.DaskTaskRunner`); it is entered and exited with this runner.
 
     Examples:
         >>> from prefect import flow
         >>> @flow(task_runner=MAServeTaskRunner(max_workers=4))
         ... def my_flow(): ...
+
+        Spreading plain tasks over a Dask process cluster:
+
+        >>> from prefect_dask import DaskTaskRunner
+        >>> runner = MAServeTaskRunner(inner=DaskTaskRunner(cluster_kwargs={"n_workers": 2}))
     """
 
-    def __init__(self, max_workers: int = 8, harness: str | None = None) -> None:
+    def __init__(
+        self,
+        max_workers: int = 8,
+        harness: str | None = None,
+        inner: TaskRunner[Any] | None = None,
+    ) -> None:
         super().__init__()
         if max_workers < 1:
             raise ConfigError(f"MAServeTaskRunner(max_workers={max_workers}): need at least 1")
+        if inner is not None and not isinstance(inner, TaskRunner):
+            raise ConfigError(
+                f"MAServeTaskRunner(inner={inner!r}): pass a Prefect TaskRunner instance "
+                "(e.g. prefect_dask.DaskTaskRunner(...)), not a class or other object"
+            )
+        if isinstance(inner, MAServeTaskRunner):
+            raise ConfigError("MAServeTaskRunner(inner=MAServeTaskRunner(...)): nest it once")
         self._max_workers = max_workers
         self._harness_key = harness
+        self._inner = inner
         self._harness: Harness | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._nodes: dict[uuid.UUID, _Node] = {}
+        self._nodes: list[_Node] = []
         self._lock = threading.Lock()
         self._admitted_flow_thread = False
+
+    @property
+    def inner(self) -> TaskRunner[Any] | None:
+        """The wrapped task runner, if any."""
+        return self._inner
 
     # -- Prefect TaskRunner API ------------------------------------------------------------
 
     def duplicate(self) -> Self:
-        return type(self)(max_workers=self._max_workers, harness=self._harness_key)
+        inner = self._inner.duplicate() if self._inner is not None else None
+        return type(self)(max_workers=self._max_workers, harness=self._harness_key, inner=inner)
 
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, MAServeTaskRunner)
             and other._max_workers == self._max_workers
             and other._harness_key == self._harness_key
+            and other._inner == self._inner
         )
 
     def __hash__(self) -> int:
-        return hash((self._max_workers, self._harness_key))
+        # Inner runners define __eq__ without __hash__; their type stands in for them.
+        return hash((self._max_workers, self._harness_key, type(self._inner).__qualname__))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"max_workers": self._max_workers, "harness": self._harness_key}
+        return {
+            "max_workers": self._max_workers,
+            "harness": self._harness_key,
+            "inner": self._inner,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
@@ -165,7 +173,14 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self._max_workers, thread_name_prefix="maserve-op"
         )
-        if self._harness is not None and not _is_participant():
+        if self._inner is not None:
+            try:
+                self._inner.__enter__()
+            except BaseException:
+                self._executor.shutdown(wait=False)
+                self._executor = None
+                raise
+        if self._harness is not None and not is_participant():
             self._harness.gate.admit()
             mark_participant(True)
             self._admitted_flow_thread = True
@@ -179,15 +194,19 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
                 mark_participant(False)
                 self._admitted_flow_thread = False
                 self._harness.gate.leave()
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
-            super().__exit__(exc_type, exc_value, traceback)
+            try:
+                if self._inner is not None:
+                    self._inner.__exit__(exc_type, exc_value, traceback)
+            finally:
+                if self._executor is not None:
+                    self._executor.shutdown(wait=True)
+                    self._executor = None
+                super().__exit__(exc_type, exc_value, traceback)
 
     def _wait_all(self) -> None:
         """Every submitted op finishes before the flow run ends (a complete trace)."""
         with self._lock:
-            pending = [n.future for n in self._nodes.values() if not n.done]
+            pending = [n.future for n in self._nodes if not n.done]
         for fut in pending:
             fut.wait()
 
@@ -201,24 +220,30 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         if not self._started or self._executor is None:
             raise RuntimeError("Task runner is not started")
         harness = self._harness
-        task_run_id = uuid.uuid4()
         s = current_scope()
+        remote = self._inner is not None and self._check_remote(task, harness)
+        task_run_id = uuid.uuid4()
         if harness is not None:
             harness.see_scope(s)
             op_id = harness.new_op_id(s)
         else:
             op_id = f"{s.root_id}/{s.stage_id}/{task.name}/{task_run_id.hex[:8]}"
-        kind = op_kind_of(task)
+        named = copy.copy(task)
+        named.task_run_name = op_id.replace("{", "{{").replace("}", "}}")  # Prefect formats it
+        flow_ctx = FlowRunContext.get()
         node = _Node(
             task_run_id=task_run_id,
-            op=OpRun(op_id=op_id, scope=s, kind=kind, task_name=task.name),
-            task=task.with_options(task_run_name=op_id),
+            op=OpRun(op_id=op_id, scope=s, kind=op_kind_of(task), task_name=task.name),
+            task=named,
             parameters=parameters,
             wait_for=list(wait_for) if wait_for else None,
             dependencies=dependencies,
             context=copy_context(),
             future=MAServeFuture(task_run_id, concurrent.futures.Future(), self, op_id),
+            flow_run_id=str(flow_ctx.flow_run.id) if flow_ctx and flow_ctx.flow_run else None,
+            remote=remote,
         )
+        node.future._node = node
 
         upstream: list[tuple[PrefectFuture[Any], EdgeKind]] = []
 
@@ -230,20 +255,36 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         visit_collection(parameters, visit_fn=collect, return_data=False)
         upstream.extend((f, EdgeKind.CONTROL) for f in (node.wait_for or ()))
         with self._lock:
-            self._nodes[node.task_run_id] = node
+            self._nodes.append(node)
             for fut, edge in upstream:
-                up = self._nodes.get(getattr(fut, "task_run_id", uuid.UUID(int=0)))
+                up = fut._node if isinstance(fut, MAServeFuture) and fut._runner is self else None
                 if up is not None:
                     node.op.add_dep(up.op.op_id, edge)
                     if up not in node.upstream:
                         node.upstream.append(up)
                         up.downstream.append(node)
-            waiting = [f for f, _ in upstream if not _future_done(f)]
+            waiting = [f for f, _ in upstream if not future_done(f)]
             node.num_pending = len(waiting) + 1  # +1 released below, after callbacks are hung
         for f in waiting:
             f.add_done_callback(self._upstream_callback(node))
         self._upstream_done(node)
         return node.future
+
+    def _check_remote(self, task: Any, harness: Harness | None) -> bool:
+        """Whether `task` goes to the inner runner; a clear error for ops that cannot."""
+        if getattr(getattr(task, "fn", None), OP_KIND_ATTR, None) is None:
+            return True  # a plain Prefect task runs anywhere
+        if harness is not None and not isinstance(harness.gate, VirtualGate):
+            return False  # wall clock: maserve ops run here, next to the harness
+        where = "on the simulator (virtual time)" if harness is not None else "without a harness"
+        raise ConfigError(
+            f"{task.name!r} in scope {current_scope().root_id}/{current_scope().stage_id} is a "
+            f"maserve {op_kind_of(task).value} op and cannot run on the inner task runner "
+            f"{type(self._inner).__name__} {where}: it needs this process's harness (engine "
+            "dispatcher, CAS, clock), which a worker process does not have. Drop `inner=` for "
+            "simulator runs, or run under a wall-clock harness (WallGate), where maserve ops run "
+            "in this process and only plain Prefect tasks go to the inner runner."
+        )
 
     # -- internals -------------------------------------------------------------------------
 
@@ -284,21 +325,27 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         if harness is not None:
             harness.gate.admit()  # counted before the giver (an upstream op or the flow) leaves
             node.op.ready_s = harness.gate.now()
+        if node.remote:
+            node.context.run(self._submit_inner, node)
+            return
         assert self._executor is not None
         self._executor.submit(node.context.run, self._run, node)
+
+    def _mark_started(self, node: _Node) -> None:
+        with self._lock:
+            node.started = True
+            downstream = list(node.downstream)
+        for d in downstream:
+            self._check_near_ready(d)
 
     def _run(self, node: _Node) -> None:
         from prefect.task_engine import run_task_sync
 
         harness = self._harness
         mark_participant(harness is not None)
-        with self._lock:
-            node.started = True
-            downstream = list(node.downstream)
-        for d in downstream:
-            self._check_near_ready(d)
         state: Any = None
         try:
+            self._mark_started(node)
             with running(node.op), _bind(harness):
                 state = run_task_sync(
                     task=node.task,
@@ -309,29 +356,48 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
                     dependencies=node.dependencies,
                     context={"cancel_event": threading.Event()},
                 )
+        finally:
+            mark_participant(False)
+            self._complete(node, state, node.task_run_id)
+
+    def _submit_inner(self, node: _Node) -> None:
+        """Hand a ready op to the inner runner; `_inner_done` records it when it finishes."""
+        assert self._inner is not None
+        self._mark_started(node)
+        try:
+            parameters = visit_collection(node.parameters, final_state_of, return_data=True)
+            wait_for = [final_state_of(f) for f in node.wait_for] if node.wait_for else None
+            inner = self._inner.submit(node.task, parameters, wait_for, node.dependencies)
+        except Exception as exc:
+            msg = f"op {node.op.op_id}: the inner runner {type(self._inner).__name__} refused it"
+            self._complete(node, Failed(message=f"{msg}: {exc}"), node.task_run_id)
+            return
+        # The inner runner names its own task run; make our future point at the real one.
+        node.future._task_run_id = inner.task_run_id
+        inner.add_done_callback(lambda f: self._complete(node, final_state_of(f), f.task_run_id))
+
+    def _complete(self, node: _Node, state: Any, task_run_id: uuid.UUID) -> None:
+        """Record a finished op, resolve its future (releasing downstream) and uncount it."""
+        harness = self._harness
+        try:
             if harness is not None:
                 node.op.completed_s = harness.gate.now()
-                if state is not None and state.is_failed():
+                if state is None or state.is_failed() or state.is_crashed():
                     node.op.status = OpStatus.FAILED
-                    node.op.error = node.op.error or str(state.message)
-                ctx = FlowRunContext.get()
-                flow_run_id = str(ctx.flow_run.id) if ctx and ctx.flow_run else None
-                harness.finish(node.op, flow_run_id=flow_run_id, task_run_id=str(node.task_run_id))
+                    node.op.error = node.op.error or (str(state.message) if state else "no state")
+                try:
+                    harness.finish(
+                        node.op, flow_run_id=node.flow_run_id, task_run_id=str(task_run_id)
+                    )
+                except Exception as exc:  # never lose a failed record silently
+                    state = Failed(message=f"op {node.op.op_id} ran but was not recorded: {exc}")
         finally:
             with self._lock:
                 node.done = True
             node.future.wrapped_future.set_result(state)  # releases downstream (admits) first
             if harness is not None:
-                mark_participant(False)
                 harness.gate.leave()
 
 
 def _bind(harness: Harness | None) -> contextlib.AbstractContextManager[Any]:
     return bound(harness) if harness is not None else contextlib.nullcontext()
-
-
-def _future_done(f: PrefectFuture[Any]) -> bool:
-    wrapped = getattr(f, "wrapped_future", None)
-    if isinstance(wrapped, concurrent.futures.Future):
-        return wrapped.done()
-    return f.state.is_final()

@@ -1,0 +1,266 @@
+"""Per-task overhead of `MAServeTaskRunner` against Prefect's `ThreadPoolTaskRunner`.
+
+The one idea: run the *same* flow of trivial tasks under each runner, alternating arms over several
+repetitions, and divide the flow body's wall time by the number of tasks. With a trivial body the
+quotient is what Prefect plus the runner cost per task run; the ratio of the two arms is the
+runner's own overhead (goal ≤ 1.1×).
+
+Arms:
+- ``threadpool``: `ThreadPoolTaskRunner(max_workers=W)`; records nothing.
+- ``maserve``: `MAServeTaskRunner(max_workers=W)` under a wall-clock harness (`WallGate`) with the
+  in-memory run book and no ledger. This is the fair comparison: the runner does all its own work
+  (holds ops until ready, names task runs, records hierarchy, typed deps and times per op) but no
+  storage the baseline does not do either. The goal ratio is computed on this arm.
+- ``maserve+ledger`` (``--ledger``): the same plus the durable SQLite ledger (one WAL transaction
+  per finished op) — reported for information: storage the baseline does not do.
+
+Shapes (each ``--tasks`` tasks): ``fanout`` (independent tasks), ``chain`` (each task takes the
+previous one's result), ``diamond`` (layers of width 20; each task takes two results of the layer
+above).
+
+Pre-submission latency = time from an op becoming ready (its last upstream future done, or its
+submission for an op without upstream) to its body's first line, measured identically in both
+arms: a done-callback on every future stamps its done time and each body stamps its start.
+
+Run (a local Prefect server is started unless ``PREFECT_API_URL`` is set)::
+
+    .venv/bin/python benchmarks/runner_overhead.py --reps 5 --workers 8 --ledger
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+
+import numpy as np
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+
+from maserve_prefect.runner import MAServeTaskRunner
+from maserve_prefect.runtime.harness import Harness, activate
+from maserve_prefect.runtime.wallgate import WallGate
+from maserve_prefect.trace.cas import MemoryStore
+from maserve_prefect.trace.ledger import Ledger
+from maserve_prefect.trace.model import Manifest
+
+DIAMOND_WIDTH = 20
+_STARTS: dict[int, float] = {}
+
+
+@task(persist_result=False, cache_policy=NO_CACHE)
+def noop(k: int, deps: tuple[Any, ...] = ()) -> int:
+    """A trivial task body that stamps when it started."""
+    _STARTS[k] = time.perf_counter()
+    return k
+
+
+@dataclass(slots=True)
+class Sample:
+    """One flow run of one arm: wall time in the flow body and per-op latencies."""
+
+    arm: str
+    shape: str
+    body_s: float
+    cpu_s: float
+    num_tasks: int
+    latencies_s: list[float] = field(default_factory=list)
+
+    @property
+    def per_task_ms(self) -> float:
+        return 1e3 * self.body_s / self.num_tasks
+
+    @property
+    def cpu_per_task_ms(self) -> float:
+        return 1e3 * self.cpu_s / self.num_tasks
+
+
+def _graph(shape: str, n: int) -> list[list[int]]:
+    """Upstream task indices of each of `n` tasks in `shape`."""
+    if shape == "fanout":
+        return [[] for _ in range(n)]
+    if shape == "chain":
+        return [[] if i == 0 else [i - 1] for i in range(n)]
+    if shape == "diamond":
+        w = DIAMOND_WIDTH
+        ups: list[list[int]] = []
+        for i in range(n):
+            layer, pos = divmod(i, w)
+            if layer == 0:
+                ups.append([])
+            else:
+                base = (layer - 1) * w
+                ups.append(sorted({base + pos, base + (pos + 1) % w}))
+        return ups
+    raise SystemExit(f"unknown shape {shape!r}; use fanout, chain or diamond")
+
+
+def _body(shape: str, n: int) -> Callable[[], tuple[float, float, list[float]]]:
+    ups = _graph(shape, n)
+
+    def run() -> tuple[float, float, list[float]]:
+        _STARTS.clear()
+        done_at: dict[int, float] = {}
+        submitted_at: dict[int, float] = {}
+
+        def stamp(k: int) -> Callable[[PrefectFuture[Any]], None]:
+            def cb(_: PrefectFuture[Any]) -> None:
+                done_at[k] = time.perf_counter()
+
+            return cb
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        futs: list[PrefectFuture[Any]] = []
+        for k in range(n):
+            submitted_at[k] = time.perf_counter()
+            fut = noop.submit(k, tuple(futs[u] for u in ups[k]))
+            fut.add_done_callback(stamp(k))
+            futs.append(fut)
+        for fut in futs:
+            fut.wait()
+        body_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        for fut in futs:
+            if not fut.state.is_completed():
+                raise RuntimeError(f"a benchmark task did not complete: {fut.state}")
+        # A done-callback may still be running for the last futures; give them a moment.
+        deadline = time.perf_counter() + 5.0
+        while len(done_at) < n and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        lat = []
+        for k in range(n):
+            ready = max((done_at[u] for u in ups[k]), default=submitted_at[k])
+            lat.append(_STARTS[k] - ready)
+        return body_s, cpu_s, lat
+
+    return run
+
+
+@contextmanager
+def _arm(name: str, workers: int, ledger_dir: str) -> Iterator[TaskRunner[Any]]:
+    with ExitStack() as stack:
+        if name == "threadpool":
+            yield ThreadPoolTaskRunner(max_workers=workers)
+            return
+        ledger = None
+        if name == "maserve+ledger":
+            db = os.path.join(ledger_dir, f"{uuid.uuid4().hex}.db")
+            ledger = stack.enter_context(Ledger(f"sqlite:///{db}", MemoryStore()))
+        harness = Harness(
+            WallGate(),
+            Manifest(trace_id=f"bench-{uuid.uuid4().hex[:8]}"),
+            ledger=ledger,
+            engine_kind="wall",
+        )
+        stack.enter_context(activate(harness))
+        yield MAServeTaskRunner(max_workers=workers)
+
+
+def _measure(arm: str, shape: str, n: int, workers: int, ledger_dir: str) -> Sample:
+    body = _body(shape, n)
+    box: list[tuple[float, float, list[float]]] = []
+    with _arm(arm, workers, ledger_dir) as runner:
+
+        def fn() -> None:
+            box.append(body())
+
+        fl = flow(name=f"bench-{shape}", task_runner=runner, persist_result=False)(fn)
+        fl()
+    body_s, cpu_s, lat = box[0]
+    return Sample(arm, shape, body_s, cpu_s, n, lat)
+
+
+def _fmt_range(xs: list[float]) -> str:
+    return f"{statistics.median(xs):6.2f} [{min(xs):5.2f}-{max(xs):5.2f}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--shapes", default="fanout,chain,diamond")
+    ap.add_argument("--ledger", action="store_true", help="add the maserve+ledger arm")
+    ap.add_argument("--only", default="", help="run just these arms (comma list; for profiling)")
+    args = ap.parse_args(argv)
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    for s in shapes:
+        _graph(s, 1)
+    arms = ["threadpool", "maserve"] + (["maserve+ledger"] if args.ledger else [])
+    if args.only:
+        arms = [a.strip() for a in args.only.split(",") if a.strip()]
+
+    with ExitStack() as stack:
+        if not os.environ.get("PREFECT_API_URL"):
+            from prefect.testing.utilities import prefect_test_harness
+
+            print("starting a temporary local Prefect server ...", file=sys.stderr)
+            stack.enter_context(prefect_test_harness(server_startup_timeout=120))
+        stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
+        ledger_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="maserve-bench-"))
+        # Warm-up: first flow / task runs pay one-off costs (imports, client, server caches).
+        for arm in arms:
+            _measure(arm, "fanout", 20, args.workers, ledger_dir)
+        samples: list[Sample] = []
+        for rep in range(args.reps):
+            for shape in shapes:
+                order = arms if rep % 2 == 0 else arms[::-1]  # alternate which arm goes first
+                for arm in order:
+                    samples.append(_measure(arm, shape, args.tasks, args.workers, ledger_dir))
+                    print(".", end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+
+    server = "PREFECT_API_URL" if os.environ.get("PREFECT_API_URL") else "temporary local"
+    print(
+        f"runner overhead: {args.tasks} trivial tasks, {args.workers} workers, {args.reps} reps, "
+        f"median [min-max]; Prefect server: {server}"
+    )
+    print(
+        f"{'shape':8} {'arm':15} {'wall ms/task':>24} {'ratio':>6} {'cpu ms/task':>12} "
+        f"{'ratio':>6} {'pre-sub p50 ms':>15} {'p95 ms':>8}"
+    )
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
+    for shape in shapes:
+        base = [s for s in samples if s.shape == shape and s.arm == "threadpool"]
+        base_wall = statistics.median([s.per_task_ms for s in base]) if base else float("nan")
+        base_cpu = statistics.median([s.cpu_per_task_ms for s in base]) if base else float("nan")
+        for arm in arms:
+            mine = [s for s in samples if s.shape == shape and s.arm == arm]
+            per = [s.per_task_ms for s in mine]
+            cpu = statistics.median([s.cpu_per_task_ms for s in mine])
+            ratio, cpu_ratio = statistics.median(per) / base_wall, cpu / base_cpu
+            if arm == "maserve":
+                ratios.append(ratio)
+                cpu_ratios.append(cpu_ratio)
+            lat_ms = 1e3 * np.concatenate([np.asarray(s.latencies_s) for s in mine])
+            p50, p95 = np.percentile(lat_ms, [50, 95])
+            print(
+                f"{shape:8} {arm:15} {_fmt_range(per):>24} {ratio:6.2f} {cpu:12.2f} "
+                f"{cpu_ratio:6.2f} {p50:15.2f} {p95:8.2f}"
+            )
+    worst = max(ratios, default=float("nan"))
+    verdict = "meets" if worst <= 1.1 else "misses"
+    print(
+        f"maserve / threadpool per-task overhead: worst shape {worst:.2f}x wall "
+        f"({verdict} goal 1.1x), {max(cpu_ratios, default=float('nan')):.2f}x client CPU"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
