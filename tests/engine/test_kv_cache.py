@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kv_reference import ReferenceKV
+
 from maserve_prefect.engine.protocol import Acceptance, Request, Ticket
 from maserve_prefect.engine.sim.kv_cache import KVCacheManager
+from maserve_prefect.engine.sim.kv_index import HashIndex
 from maserve_prefect.engine.sim.request import SimRequest
 
 _seq = iter(range(10_000))
@@ -136,3 +143,106 @@ def test_hashes_are_stable_across_processes() -> None:
         for seed in ("1", "2")
     }  # fmt: skip
     assert len(outs) == 1
+
+
+# -- differential: the segment queue against the per-block reference --------------------------
+
+
+@st.composite
+def kv_programs(draw: st.DrawFn) -> tuple[int, int, list[tuple[str, int, int]]]:
+    """A block size, a capacity and a list of ops `(kind, request index, amount)`."""
+    bs = draw(st.sampled_from([1, 1, 2, 4]))
+    num_blocks = draw(st.integers(1, 48))
+    ops = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["admit", "grow", "free"]), st.integers(0, 4), st.integers(1, 40)
+            ),
+            min_size=4,
+            max_size=80,
+        )
+    )
+    return bs, num_blocks, ops
+
+
+def _canonical(kv: KVCacheManager | ReferenceKV) -> tuple[object, ...]:
+    refs = [int(c) for c in kv.ref_cnt]
+    tables = {seq: list(b) for seq, b in kv.req_blocks.items()}
+    return list(kv.free_queue), dict(kv.cached), refs, tables, kv.num_free_blocks
+
+
+@settings(max_examples=300, deadline=None)
+@given(kv_programs(), st.sampled_from([None, 1, 3]), st.randoms(use_true_random=False))
+def test_segment_queue_matches_the_per_block_lru(
+    program: tuple[int, int, list[tuple[str, int, int]]],
+    table_bits: int | None,
+    rnd: random.Random,
+) -> None:
+    bs, num_blocks, ops = program
+    fast, ref = KVCacheManager(num_blocks, bs), ReferenceKV(num_blocks, bs)
+    fast.max_queue_entries = num_blocks + rnd.randint(0, 4)  # compact the queue often
+    if table_bits is not None:  # a tiny hash table: most hashes collide and overflow
+        fast._idx = HashIndex(num_blocks, table_bits)
+        fast._idx._max_overflow = 3
+    # prompts share prefixes (few distinct tokens) so hits, touches and duplicates all happen
+    prompts = [
+        (0,) * rnd.randint(0, 25) + tuple(rnd.choice([0, 1]) for _ in range(rnd.randint(1, 10)))
+        for _ in range(8)
+    ]
+    live: dict[int, tuple[SimRequest, int]] = {}  # request index -> (request, tokens held)
+    for kind, i, amount in ops:
+        if kind == "admit" and i not in live:
+            req = ids(f"r{i}", list(prompts[i]))
+            hits, num_hit = fast.get_computed_blocks(req)
+            assert (hits, num_hit) == ref.get_computed_blocks(req)
+            # a partial first chunk lets another request compute the same blocks (duplicates)
+            total = max(min(len(prompts[i]), amount), num_hit + 1)
+            got = fast.ensure_slots(req, total, hits)
+            assert got == ref.ensure_slots(req, total, hits)
+            if got is not None:
+                live[i] = (req, total)
+        elif kind == "grow" and i in live:
+            req, held = live[i]
+            got = fast.ensure_slots(req, held + amount % 13)
+            assert got == ref.ensure_slots(req, held + amount % 13)
+            if got is not None:
+                live[i] = (req, held + amount % 13)
+        elif kind == "free" and i in live:
+            req, _ = live.pop(i)
+            fast.free(req)
+            ref.free(req)
+        assert _canonical(fast) == _canonical(ref)
+        fast.check_invariants()
+
+
+def test_lookups_stay_exact_after_many_evictions() -> None:
+    def one(rid: str, tokens: list[int]) -> SimRequest:
+        return sreq(Request(rid, "", prompt_token_ids=tuple(tokens)), bs=1)
+
+    kv, ref = KVCacheManager(num_blocks=4, block_size=1), ReferenceKV(num_blocks=4, block_size=1)
+    for i in range(1500):  # each request evicts most of the previous one's hashes
+        r = one(f"x{i}", [i, i + 1, i + 2])
+        for m in (kv, ref):
+            m.ensure_slots(r, 3, m.get_computed_blocks(r)[0])
+            m.free(r)
+    assert _canonical(kv) == _canonical(ref)
+    assert kv.get_computed_blocks(one("y", [1499, 1500, 1501, 7]))[1] == 3
+    # x1498's head block survived (freed tail first), its other blocks were taken
+    assert kv.get_computed_blocks(one("z", [1498, 1499, 1500, 7]))[1] == 1
+    kv.check_invariants()
+
+
+def test_a_chunked_prefill_duplicating_cached_blocks_leaves_them_uncached() -> None:
+    def one(rid: str, tokens: list[int]) -> SimRequest:
+        return sreq(Request(rid, "", prompt_token_ids=tuple(tokens)), bs=1)
+
+    kv, ref = KVCacheManager(num_blocks=64, block_size=1), ReferenceKV(64, 1)
+    a, c = one("a", [0] * 20 + [1]), one("c", [0] * 20 + [2])
+    for m in (kv, ref):
+        m.ensure_slots(a, 3)  # a's first chunk: blocks 0..2
+        hits, _ = m.get_computed_blocks(c)
+        m.ensure_slots(c, 21, hits)  # c hits 0..2 and computes 3..20
+        m.ensure_slots(a, 21)  # a's rest duplicates c's blocks 3..19: vLLM keeps c's
+    assert _canonical(kv) == _canonical(ref)
+    assert kv.cached[a.block_hash(10)] == kv.blocks_of(c)[10] != kv.blocks_of(a)[10]
+    kv.check_invariants()

@@ -95,7 +95,33 @@ def blocks_allow(scheduler: Scheduler, k_max: int) -> int:
 
 
 def allocate_run(scheduler: Scheduler, k: int) -> None:
-    """Allocate (and hash) steps 1..k-1's slots in stepping order: by step, then running order."""
+    """Allocate (and hash) steps 1..k-1's slots as stepping would: by step, then running order.
+
+    Block crossings take free blocks in that order in one pop. Blocks a decode run fills hold
+    output tokens, so their hashes are the request's own and cannot collide with any cached
+    block: hashing them all at the end gives the state stepping gives. After a preemption a
+    request recomputes blocks it had cached, so then every crossing is replayed one by one.
+    """
+    kv = scheduler.kv
+    bs = kv.block_size
+    running = scheduler.running
+    if any(req.num_preemptions for req in running):
+        _allocate_run_stepwise(scheduler, k)
+        return
+    req_blocks = kv.req_blocks
+    events: list[tuple[int, int]] = []
+    for idx, req in enumerate(running):
+        # the m-th extra block is needed from step (held + m - 1) * bs - c on
+        c = req.num_computed_tokens
+        events.extend((j, idx) for j in range(len(req_blocks[req.seq]) * bs - c, k, bs))
+    if events:
+        events.sort()
+        kv.append_blocks([running[idx] for _, idx in events])
+    for req in running:
+        kv.hash_full_blocks(req, req.num_computed_tokens + k)
+
+
+def _allocate_run_stepwise(scheduler: Scheduler, k: int) -> None:
     kv = scheduler.kv
     bs = kv.block_size
     running = scheduler.running

@@ -1,18 +1,30 @@
 """Paged KV cache with prefix caching, following vLLM v1's `BlockPool` + `KVCacheManager`.
 
 Blocks carry a reference count and, once full, a chained hash (see `request.py`). Free blocks sit
-in an LRU queue (an `OrderedDict` for O(1) removal from the middle): allocation pops the front and
-evicts that block's hash if it had one; a prefix hit on a free cached block "touches" it (takes it
-out of the queue). A finished or preempted request frees its blocks in *reverse* order, so its tail
-blocks are evicted first and its hashed blocks stay reusable until evicted. A lookup hits at most
-`num_tokens - 1` tokens, so at least one token is always computed. "Doesn't fit" is a value:
-`allocate_slots` returns None and the scheduler decides whom to preempt.
+in an LRU queue: allocation pops the front and evicts that block's hash if it had one; a prefix
+hit on a free cached block "touches" it (takes it out of the queue). A finished or preempted
+request frees its blocks in *reverse* order, so its tail blocks are evicted first and its hashed
+blocks stay reusable until evicted. A lookup hits at most `num_tokens - 1` tokens, so at least one
+token is always computed. "Doesn't fit" is a value: `allocate_slots` returns None and the
+scheduler decides whom to preempt.
+
+The speed idea: the queue holds whole *segments* (one numpy array of block ids per `free` call)
+instead of single blocks, so freeing a request or allocating a long prompt costs a few numpy
+calls, not a dict operation per block. A touched block is removed lazily: `_where[b]` names the
+segment it sits in (-1 when it is not free) and a segment entry counts only while it matches.
+Hashes live in a `HashIndex` (`kv_index.py`): numpy arrays per block plus a direct-mapped table,
+so hashing or looking up a prompt's blocks is vectorized too, and eviction is one array write.
+The observable behaviour (which block is taken next, which hash is evicted, which duplicate stays
+uncached) is exactly the per-block LRU's; `tests/engine/kv_reference.py` keeps that per-block
+version and a differential property test holds the two together. `free_queue`, `cached` and
+`block_hash` give the canonical view (built on demand, for tests and checks).
 
 Counters follow vLLM's Prometheus `vllm:prefix_cache_queries_total` (tokens looked up) and
 `vllm:prefix_cache_hits_total` (tokens hit), counted once per admission (re-admissions after
 preemption included) via `record_lookup`. vLLM also counts the lookup of a queue head that then
 fails to allocate, at every step it stays blocked, which ties its counter to the number of steps;
-ours counts the lookup that admitted the request, so fast-forwarded and stepped runs agree. `usage = 1 - free / num_blocks` (`vllm:kv_cache_usage_perc`).
+ours counts the lookup that admitted the request, so fast-forwarded and stepped runs agree.
+`usage = 1 - free / num_blocks` (`vllm:kv_cache_usage_perc`).
 
 Examples:
     >>> kv = KVCacheManager(num_blocks=4, block_size=16)
@@ -23,17 +35,16 @@ Examples:
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Sequence
 
+import numpy as np
+
+from maserve_prefect.engine.sim.kv_index import HashIndex
 from maserve_prefect.engine.sim.request import SimRequest
 from maserve_prefect.errors import ConfigError, SimulationError
 
-_LOOKUP_CHUNK = 64
-
-
-def _consume(it: Iterable[object]) -> None:
-    deque(it, maxlen=0)
+_SMALL = 4  # at most this many blocks: plain Python beats numpy's per-call overhead
 
 
 def cdiv(a: int, b: int) -> int:
@@ -57,27 +68,57 @@ class KVCacheManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.ref_cnt = [0] * num_blocks
-        self.block_hash: dict[int, int] = {}  # block id -> hash, for hashed blocks only
-        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self.cached: dict[int, int] = {}  # hash -> block id
+        self.ref_cnt = np.zeros(num_blocks, dtype=np.int64)
+        self._idx = HashIndex(num_blocks)  # hash <-> block of the cached blocks
         self.req_blocks: dict[int, list[int]] = {}  # request seq -> block ids
         self.num_cached_blocks: dict[int, int] = {}  # request seq -> blocks hashed so far
         self.num_queried_tokens = 0
         self.num_hit_tokens = 0
+        self._lookup: tuple[SimRequest, np.ndarray] | None = None
+        self.max_queue_entries = 2 * num_blocks + 64  # then `_compact_queue`
+        self._reset_queue()
+
+    def _reset_queue(self) -> None:
+        self._sid = itertools.count(1)
+        # each segment: [block ids in queue order, offset of the first unread entry, segment id]
+        self._segs: deque[list] = deque([[np.arange(self.num_blocks, dtype=np.int64), 0, 0]])
+        self._where = np.zeros(self.num_blocks, dtype=np.int64)  # segment id, -1 = not free
+        self._num_free = self.num_blocks
+        # entries in the segments, stale ones (touched blocks) included; bounded by compaction
+        self._num_entries = self.num_blocks
 
     # -- views -----------------------------------------------------------------------------
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_queue)
+        return self._num_free
 
     @property
     def usage(self) -> float:
-        return 1.0 - len(self.free_queue) / self.num_blocks
+        return 1.0 - self._num_free / self.num_blocks
 
     def blocks_of(self, req: SimRequest) -> list[int]:
         return self.req_blocks.get(req.seq, [])
+
+    @property
+    def free_queue(self) -> list[int]:
+        """Free block ids, least recently freed first (the eviction order)."""
+        out: list[int] = []
+        where = self._where
+        for arr, off, sid in self._segs:
+            rest = arr[off:]
+            out.extend(rest[where[rest] == sid].tolist())
+        return out
+
+    @property
+    def block_hash(self) -> dict[int, int]:
+        """Block id -> hash, for the blocks whose hash is cached."""
+        return self._idx.block_hash()
+
+    @property
+    def cached(self) -> dict[int, int]:
+        """Hash -> block id of every cached (hit-able) block."""
+        return {h: b for b, h in self._idx.block_hash().items()}
 
     # -- lookup ----------------------------------------------------------------------------
 
@@ -88,19 +129,20 @@ class KVCacheManager:
         max_blocks = (req.num_tokens - 1) // self.block_size
         if max_blocks <= 0:
             return [], 0
-        hashes = req.block_hashes(max_blocks)
-        get = self.cached.get
-        hits: list[int] = []
-        n = 0
-        while n < max_blocks:  # in chunks: a miss near the front stops the lookup early
-            end = min(n + _LOOKUP_CHUNK, max_blocks)
-            chunk = list(map(get, hashes[n:end]))
-            if None in chunk:
-                hits.extend(chunk[: chunk.index(None)])  # type: ignore[arg-type]
-                break
-            hits.extend(chunk)  # type: ignore[arg-type]
-            n = end
-        return hits, len(hits) * self.block_size
+        hashes = req.block_hash_array(max_blocks)[:max_blocks]
+        if max_blocks <= _SMALL:
+            hits: list[int] = []
+            for h in hashes.tolist():
+                b = self._idx.find_one(h)
+                if b < 0:
+                    break
+                hits.append(b)
+            return hits, len(hits) * self.block_size
+        found = self._idx.find(hashes)
+        self._lookup = (req, found)  # the admission's hashing reuses it (see `_cache_many`)
+        misses = np.flatnonzero(found < 0)
+        num_hits = int(misses[0]) if len(misses) else max_blocks
+        return found[:num_hits].tolist(), num_hits * self.block_size
 
     def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
         """Count an admitted request's prefix lookup (queries and hits, in tokens)."""
@@ -129,88 +171,164 @@ class KVCacheManager:
         self, req: SimRequest, num_total_tokens: int, computed_blocks: Sequence[int] = ()
     ) -> list[int] | None:
         """Make `req` hold blocks for `num_total_tokens` tokens and hash the ones they fill."""
+        lookup, self._lookup = self._lookup, None
         blocks = self.req_blocks.get(req.seq)
         if blocks is None:
             blocks = self.req_blocks[req.seq] = []
-        num_required = -(-num_total_tokens // self.block_size)
-        num_new = num_required - len(blocks) - len(computed_blocks)
+        num_new = -(-num_total_tokens // self.block_size) - len(blocks) - len(computed_blocks)
         if num_new < 0:
             num_new = 0
-        ref = self.ref_cnt
-        free_queue = self.free_queue
-        num_evictable_hits = list(map(ref.__getitem__, computed_blocks)).count(0)
-        if num_new + num_evictable_hits > len(free_queue):
+        hits = None
+        num_evictable = 0
+        if computed_blocks:
+            hits = np.asarray(computed_blocks, dtype=np.int64)
+            num_evictable = int(np.count_nonzero(self.ref_cnt[hits] == 0))
+        if num_new + num_evictable > self._num_free:
             if not blocks:
                 del self.req_blocks[req.seq]
             return None
-        for b in computed_blocks:  # touch: a free cached block leaves the LRU queue
-            if ref[b] == 0:
-                del free_queue[b]
-            ref[b] += 1
-        blocks.extend(computed_blocks)
+        if hits is not None:  # touch: a free cached block leaves the LRU queue
+            self._where[hits[self.ref_cnt[hits] == 0]] = -1
+            self._num_free -= num_evictable
+            self.ref_cnt[hits] += 1
+            blocks.extend(computed_blocks)
         new_blocks = self._pop_free(num_new) if num_new else []
         blocks.extend(new_blocks)
         if self.enable_prefix_caching:
-            self._cache_full_blocks(req, blocks, num_total_tokens)
+            if computed_blocks and len(blocks) == len(new_blocks) + len(computed_blocks):
+                # admission: prefix hits are cached already, hashing resumes after them
+                self.num_cached_blocks[req.seq] = len(computed_blocks)
+            if lookup is not None and (
+                lookup[0] is not req or len(blocks) > len(new_blocks) + len(computed_blocks)
+            ):
+                lookup = None  # not this request's admission
+            self._cache_full_blocks(req, blocks, num_total_tokens, lookup)
         return new_blocks
+
+    def append_blocks(self, owners: Sequence[SimRequest]) -> None:
+        """Pop one free block per entry of `owners`, in order, onto that request's table.
+
+        A decode run's block crossings in stepping order (fast-forward); no hashing happens.
+
+        Raises:
+            SimulationError: fewer free blocks than owners.
+        """
+        if len(owners) > self._num_free:
+            raise SimulationError(f"{len(owners)} blocks asked for, {self._num_free} free")
+        req_blocks = self.req_blocks
+        for req, b in zip(owners, self._pop_free(len(owners)), strict=True):
+            req_blocks[req.seq].append(b)
+
+    def hash_full_blocks(self, req: SimRequest, num_tokens: int) -> None:
+        """Cache the blocks of `req` that `num_tokens` tokens fill (prefix caching on)."""
+        if self.enable_prefix_caching:
+            self._cache_full_blocks(req, self.req_blocks[req.seq], num_tokens)
 
     def _pop_free(self, n: int) -> list[int]:
         """Take the `n` least recently freed blocks, evicting their hashes (they get new tokens)."""
-        free_queue = self.free_queue
-        taken = list(itertools.islice(free_queue, n))
-        _consume(map(free_queue.__delitem__, taken))
-        _consume(map(self.ref_cnt.__setitem__, taken, itertools.repeat(1)))
-        block_hash = self.block_hash
-        if block_hash:
-            evicted = list(block_hash.keys() & taken)
-            if evicted:
-                cached = self.cached
-                hashes = list(map(block_hash.pop, evicted))
-                holders = list(map(cached.get, hashes))
-                _consume(
-                    map(
-                        cached.__delitem__,
-                        [h for h, b, c in zip(hashes, evicted, holders, strict=True) if b == c],
-                    )
-                )
-        return taken
+        self._num_free -= n
+        segs, where = self._segs, self._where
+        if n <= _SMALL:
+            taken: list[int] = []
+            while len(taken) < n:
+                seg = segs[0]
+                arr, off, sid = seg
+                if off >= len(arr):
+                    self._num_entries -= len(segs.popleft()[0])
+                    continue
+                b = int(arr[off])
+                seg[1] = off + 1
+                if where[b] == sid:
+                    taken.append(b)
+                    where[b] = -1
+                    self.ref_cnt[b] = 1
+                    self._idx.hashed[b] = False
+            return taken
+        parts = []
+        need = n
+        while need:
+            seg = segs[0]
+            arr, off, sid = seg
+            if off >= len(arr):
+                self._num_entries -= len(segs.popleft()[0])
+                continue
+            window = arr[off : off + need]
+            seg[1] = off + len(window)
+            live = window[where[window] == sid]
+            parts.append(live)
+            need -= len(live)
+        got = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        where[got] = -1
+        self.ref_cnt[got] = 1
+        self._idx.evict(got)  # its hash is no longer cached
+        return got.tolist()
 
-    def _cache_full_blocks(self, req: SimRequest, blocks: list[int], num_tokens: int) -> None:
+    def _cache_full_blocks(
+        self,
+        req: SimRequest,
+        blocks: list[int],
+        num_tokens: int,
+        lookup: tuple[SimRequest, np.ndarray] | None = None,
+    ) -> None:
+        """Hash the blocks `num_tokens` tokens fill; a duplicate of a cached block stays unhashed.
+
+        `lookup` is the admission's prefix lookup of `req`: which block cached each hash then.
+        Since then blocks were only touched or taken (taking unhashes them), so a hash is still
+        cached exactly where that block is still hashed, and the index need not be asked again.
+        """
         start = self.num_cached_blocks.get(req.seq, 0)
         num_full = min(num_tokens // self.block_size, len(blocks))
         if num_full <= start:
             return
-        seg_h = req.block_hashes(num_full)[start:num_full]
-        seg_b = blocks[start:num_full]
-        block_hash, cached = self.block_hash, self.cached
-        if block_hash.keys().isdisjoint(seg_b) and cached.keys().isdisjoint(seg_h):
-            cached.update(
-                zip(seg_h, seg_b, strict=True)
-            )  # the common case: fresh blocks, fresh hashes
-            block_hash.update(zip(seg_b, seg_h, strict=True))
-        else:
-            for b, h in zip(seg_b, seg_h, strict=True):
-                # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
-                if b not in block_hash and h not in cached:
-                    cached[h] = b
-                    block_hash[b] = h
         self.num_cached_blocks[req.seq] = num_full
+        sh = req.block_hash_array(num_full)[start:num_full]
+        seg_b = blocks[start:num_full]
+        idx = self._idx
+        if len(seg_b) <= _SMALL:
+            for b, h in zip(seg_b, sh.tolist(), strict=True):
+                # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
+                if not idx.hashed[b] and idx.find_one(h) < 0:
+                    idx.add_one(b, h)
+            return
+        sb = np.array(seg_b, dtype=np.int64)
+        if lookup is not None and len(lookup[1]) >= num_full:
+            was = lookup[1][start:num_full]
+            cached = (was >= 0) & idx.hashed[was]
+        else:
+            cached = idx.find(sh) >= 0
+        ok = ~cached & ~idx.hashed[sb]
+        if not ok.all():
+            sb, sh = sb[ok], sh[ok]
+        idx.add(sb, sh)
 
     def free(self, req: SimRequest) -> None:
         """Release `req`'s blocks, tail first onto the free queue; hashed blocks stay cached."""
+        self._lookup = None
         blocks = self.req_blocks.pop(req.seq, None)
         self.num_cached_blocks.pop(req.seq, None)
         if not blocks:
             return
+        arr = np.array(blocks[::-1], dtype=np.int64)
         ref = self.ref_cnt
-        free_queue = self.free_queue
-        blocks.reverse()
-        for b in blocks:
-            ref[b] -= 1
-        if list(map(ref.__getitem__, blocks)).count(0) == len(blocks):
-            free_queue.update(dict.fromkeys(blocks))
-        else:
-            free_queue.update(dict.fromkeys(b for b in blocks if ref[b] == 0))
+        ref[arr] -= 1
+        zero = arr[ref[arr] == 0]
+        if len(zero):
+            sid = next(self._sid)
+            self._where[zero] = sid
+            self._segs.append([zero, 0, sid])
+            self._num_free += len(zero)
+            self._num_entries += len(zero)
+            if self._num_entries > self.max_queue_entries:
+                self._compact_queue()
+
+    def _compact_queue(self) -> None:
+        """Rewrite the queue as one segment of its live entries (touched blocks leave stale
+        entries behind when the front rarely advances, e.g. a large, lightly used pool)."""
+        live = np.array(self.free_queue, dtype=np.int64)
+        sid = next(self._sid)
+        self._where[live] = sid
+        self._segs = deque([[live, 0, sid]])
+        self._num_entries = len(live)
 
     def reset_prefix_cache(self) -> None:
         """Drop every cached hash and restore the initial free order (vLLM `reset_prefix_cache`).
@@ -226,28 +344,29 @@ class KVCacheManager:
                 f"reset_prefix_cache with {len(self.req_blocks)} requests holding blocks; "
                 "free them (finish or abort) first"
             )
-        self.block_hash = {}
-        self.cached.clear()
-        self.free_queue = OrderedDict.fromkeys(range(self.num_blocks))
+        self._idx.reset()
+        self._reset_queue()
 
     # -- checks ----------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
         """Blocks conserved, ref counts match the block tables, the cache index is consistent."""
-        expected = [0] * self.num_blocks
+        expected = np.zeros(self.num_blocks, dtype=np.int64)
         for blocks in self.req_blocks.values():
-            for b in blocks:
-                expected[b] += 1
-        if expected != self.ref_cnt:
+            np.add.at(expected, np.asarray(blocks, dtype=np.int64), 1)
+        if not np.array_equal(expected, self.ref_cnt):
             raise SimulationError("KV ref counts disagree with the request block tables")
-        num_referenced = sum(1 for c in self.ref_cnt if c > 0)
-        if num_referenced + len(self.free_queue) != self.num_blocks:
+        queue = self.free_queue
+        num_referenced = int(np.count_nonzero(self.ref_cnt))
+        if len(set(queue)) != len(queue) or len(queue) != self._num_free:
+            raise SimulationError("the KV free queue holds a block twice or miscounts")
+        if num_referenced + len(queue) != self.num_blocks:
             raise SimulationError(
                 f"KV blocks not conserved: {num_referenced} referenced + "
-                f"{len(self.free_queue)} free != {self.num_blocks}"
+                f"{len(queue)} free != {self.num_blocks}"
             )
-        if any(self.ref_cnt[b] != 0 for b in self.free_queue):
+        if np.any(self.ref_cnt[np.asarray(queue, dtype=np.int64)] != 0):
             raise SimulationError("a block on the free queue is still referenced")
         for h, b in self.cached.items():
-            if self.block_hash.get(b) != h:
+            if self._idx.find_one(h) != b:
                 raise SimulationError(f"cache index points block {b} at a stale hash")

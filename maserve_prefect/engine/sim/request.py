@@ -8,7 +8,8 @@ preempted request recomputes prompt + outputs before it samples again. Outputs a
 `max_tokens` (the simulator's length lock).
 
 Block identity (what prefix caching matches on) is a chain: for token-id prompts, block j's hash
-is `hash((hash of block j-1, token ids of block j))` with the cache salt folded into the root.
+is `hash((hash of block j-1, token ids of block j))` taken as unsigned 64-bit, with the cache
+salt folded into the root.
 For prompts given as prefix-block hashes, the chain runs over the *prefix* blocks
 (`C[p] = hash((C[p-1], hash id p))`, salt in the root) and engine block j, if it lies wholly inside
 the shareable part, is `mix(C[last], j)` where `last` is the prefix block holding its last token:
@@ -18,7 +19,7 @@ two requests share block j exactly when their hash ids agree up to `last`. Any o
 splitmix64 over 64-bit ints, computed in numpy for whole ranges of blocks at once; only ints and
 tuples of ints are hashed, so hashes are stable across processes (string hashing is randomized
 per process; salts go through blake2b). Hashes are computed once per request, lazily, for the
-blocks asked for so far (`block_hashes(n)`).
+blocks asked for so far (`block_hash_array(n)`, a uint64 array the KV cache works on directly).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from maserve_prefect.engine.protocol import Request, Ticket
 _UNIQUE = -1
 _ROOT_HASH = 0x5EED
 _MASK = (1 << 64) - 1
+_NO_HASHES = np.zeros(0, dtype=np.uint64)  # shared empty memo; `_put` replaces it on growth
 
 
 class RequestStatus(IntEnum):
@@ -78,7 +80,8 @@ class SimRequest:
     first_scheduled_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None
-    _hashes: list[int] = field(default_factory=list)
+    _hashes: np.ndarray = field(default_factory=lambda: _NO_HASHES)
+    _num_hashes: int = 0
     _chain: np.ndarray | None = None
     _shareable_tokens: int = 0
     _salt: int = 0
@@ -112,42 +115,56 @@ class SimRequest:
 
     def block_hash(self, j: int) -> int:
         """Hash of block j (tokens [j*bs, (j+1)*bs)); computed lazily, memoized."""
-        return self.block_hashes(j + 1)[j]
+        return int(self.block_hash_array(j + 1)[j])
 
     def block_hashes(self, n: int) -> list[int]:
-        """The memo list of block hashes, holding at least blocks 0..n-1 (do not mutate)."""
-        hashes = self._hashes
-        if len(hashes) < n:
+        """Block hashes 0..n-1 (at least) as a new list."""
+        return self.block_hash_array(n).tolist()
+
+    def block_hash_array(self, n: int) -> np.ndarray:
+        """The memo of block hashes (uint64), holding at least blocks 0..n-1 (do not mutate)."""
+        if self._num_hashes < n:
             self._extend_hashes(n)
-        return hashes
+        return self._hashes[: self._num_hashes]
+
+    def _put(self, values: np.ndarray | list[int]) -> None:
+        """Append hashes to the memo, doubling its buffer when full."""
+        end = self._num_hashes + len(values)
+        if end > len(self._hashes):
+            grown = np.zeros(max(end, 2 * len(self._hashes), 8), dtype=np.uint64)
+            grown[: self._num_hashes] = self._hashes[: self._num_hashes]
+            self._hashes = grown
+        self._hashes[self._num_hashes : end] = values
+        self._num_hashes = end
 
     def _extend_hashes(self, n: int) -> None:
-        hashes = self._hashes
         bs = self.block_size
         shared_end = min(n, self._shareable_tokens // bs)  # blocks wholly inside the prefix
-        start = len(hashes)
+        start = self._num_hashes
         if start < shared_end:
             req = self.request
             if req.prompt_token_ids is not None:
                 ids = req.prompt_token_ids
-                parent = hashes[-1] if hashes else hash((_ROOT_HASH, self._salt))
+                parent = int(self._hashes[start - 1]) if start else hash((_ROOT_HASH, self._salt))
+                chained = []
                 for j in range(start, shared_end):
-                    parent = hash((parent, ids[j * bs : (j + 1) * bs]))
-                    hashes.append(parent)
+                    parent = hash((parent, ids[j * bs : (j + 1) * bs])) & _MASK
+                    chained.append(parent)
+                self._put(chained)
             else:
                 chain = self._prefix_chain()
                 idx = np.arange(start, shared_end, dtype=np.uint64)
                 last = ((idx + np.uint64(1)) * np.uint64(bs) - np.uint64(1)) // np.uint64(
                     req.prefix_block_size
                 )
-                hashes.extend(_mix(chain[last.astype(np.int64)], idx).tolist())
+                self._put(_mix(chain[last.astype(np.int64)], idx))
             start = shared_end
         if start < n:
             key = hash((_UNIQUE, self.seq)) & _MASK
             if n - start <= 4:  # a decode crossing: numpy's call overhead would dominate
-                hashes.extend(_mix_int(key, j) for j in range(start, n))
+                self._put([_mix_int(key, j) for j in range(start, n)])
             else:
-                hashes.extend(_mix(np.uint64(key), np.arange(start, n, dtype=np.uint64)).tolist())
+                self._put(_mix(np.uint64(key), np.arange(start, n, dtype=np.uint64)))
 
     def _prefix_chain(self) -> np.ndarray:
         chain = self._chain

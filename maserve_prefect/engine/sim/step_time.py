@@ -60,8 +60,11 @@ class RooflineStepModel:
         "_elem_layer",
         "_elem_step",
         "_gemms",
+        "_head_cache",
         "_kv_tok_s",
+        "_linear_cache",
         "_lm_head",
+        "_overhead_cache",
         "eff",
         "gpu",
         "model",
@@ -93,21 +96,44 @@ class RooflineStepModel:
         kv_tok = model.kv_bytes_per_token_per_layer(tp)
         self._kv_tok_s = decode_attention_per_token_s(kv_tok, gpu, efficiency)
         self._affine_cache: dict[int, DecodeAffine] = {}
+        # the parts are pure functions of small ints that recur from step to step
+        self._linear_cache: dict[int, float] = {}
+        self._head_cache: dict[int, float] = {}
+        self._overhead_cache: dict[tuple[int, int], float] = {}
 
     # --- parts ---------------------------------------------------------------------------------
     def _linear_s(self, tokens: int) -> float:
+        cached = self._linear_cache.get(tokens)
+        if cached is None:
+            cached = self._linear_cache[tokens] = self._linear_uncached(tokens)
+        return cached
+
+    def _linear_uncached(self, tokens: int) -> float:
         d, gpu, eff = self.model.dtype_bytes, self.gpu, self.eff
         per_layer = sum(linear_time(i, o, float(tokens), d, gpu, eff) for i, o in self._gemms)
         per_layer += 2.0 * allreduce_time(float(tokens), self.model, self.tp, gpu)
         return float(self.model.num_layers * per_layer)
 
     def _lm_head_s(self, num_seqs: int) -> float:
+        cached = self._head_cache.get(num_seqs)
+        if cached is None:
+            cached = self._head_cache[num_seqs] = self._lm_head_uncached(num_seqs)
+        return cached
+
+    def _lm_head_uncached(self, num_seqs: int) -> float:
         i, o = self._lm_head
         n = float(num_seqs)
         head = linear_time(i, o, n, self.model.dtype_bytes, self.gpu, self.eff)
         return float(head + sampler_time(n, self.model, self.gpu, self.eff))
 
     def _overhead_s(self, tokens: int, num_decode: int) -> float:
+        key = (tokens, num_decode)
+        cached = self._overhead_cache.get(key)
+        if cached is None:
+            cached = self._overhead_cache[key] = self._overhead_uncached(tokens, num_decode)
+        return cached
+
+    def _overhead_uncached(self, tokens: int, num_decode: int) -> float:
         gpu, eff, m = self.gpu, self.eff, float(tokens)
         per_layer = sum(elementwise_time(op, b, m, gpu, eff) for op, b in self._elem_layer)
         per_layer += eff.attn_call_s + num_decode * eff.attn_decode_req_s
