@@ -46,6 +46,7 @@ from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture
 from prefect.states import Failed
 from prefect.task_runners import TaskRunner
+from prefect.utilities.annotations import quote
 from prefect.utilities.collections import visit_collection
 
 from maserve_prefect.errors import ConfigError
@@ -235,7 +236,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             task_run_id=task_run_id,
             op=OpRun(op_id=op_id, scope=s, kind=op_kind_of(task), task_name=task.name),
             task=named,
-            parameters=parameters,
+            parameters=parameters if remote else _quote_plain(parameters),
             wait_for=list(wait_for) if wait_for else None,
             dependencies=dependencies,
             context=copy_context(),
@@ -401,3 +402,37 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
 
 def _bind(harness: Harness | None) -> contextlib.AbstractContextManager[Any]:
     return bound(harness) if harness is not None else contextlib.nullcontext()
+
+
+def _holds_future(value: Any) -> bool:
+    if isinstance(value, PrefectFuture):
+        return True
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(_holds_future(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_future(v) for v in value.values())
+    return False
+
+
+def _quote_plain(parameters: dict[str, Any]) -> dict[str, Any]:
+    """Parameters with every future-free value wrapped in `quote`.
+
+    Prefect derives a task run's inputs from its parameters, and besides futures it links any
+    value it has seen returned by a task, matched by object identity — interned strings and
+    reused objects make false data edges. Quoting what holds no future makes Prefect record
+    exactly the futures, the same edges the ledger records; Prefect unwraps quotes before the
+    task runs, so the task sees its values unchanged.
+    """
+    return {k: _quote_value(v) for k, v in parameters.items()}
+
+
+def _quote_value(value: Any) -> Any:
+    if isinstance(value, PrefectFuture):
+        return value
+    if not _holds_future(value):
+        return quote(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_quote_value(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _quote_value(v) for k, v in value.items()}
+    return value

@@ -99,7 +99,7 @@ def test_export_needs_exactly_one_scope() -> None:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
-@pytest.mark.parametrize("workflow", ["fork_join", "spawn"])
+@pytest.mark.parametrize("workflow", ["fork_join", "spawn", "refinement_loop", "debate"])
 def test_prefect_history_agrees_with_the_ledger(workflow: str) -> None:
     from maserve_prefect.flows.native import run_native
 
