@@ -170,14 +170,7 @@ class Harness:
                     "they must finish before it"
                 )
         if self.ledger is not None:
-            self.ledger.append_op(self.trace_id, record)
-            self.ledger.link_prefect(
-                self.trace_id,
-                record.op_id,
-                record.attempt,
-                flow_run_id=flow_run_id,
-                task_run_id=task_run_id,
-            )
+            self.ledger.append_op(self.trace_id, record, prefect=(flow_run_id, task_run_id))
         with self._lock:
             self.book.ops.append(record)
             self.book.task_runs[record.op_id] = task_run_id

@@ -225,7 +225,12 @@ class Ledger:
             )
 
     def append_op(
-        self, trace_id: str, op: OpRecord, *, payloads: Mapping[str, bytes] | None = None
+        self,
+        trace_id: str,
+        op: OpRecord,
+        *,
+        payloads: Mapping[str, bytes] | None = None,
+        prefect: tuple[str | None, str | None] | None = None,
     ) -> None:
         """Record one op attempt durably: row, edges and payload refs in one transaction.
 
@@ -234,6 +239,8 @@ class Ledger:
             op: the record; a retry is the same `op_id` with a higher `attempt`.
             payloads: digest → bytes for blobs the op references that are not yet stored;
                 they are written to the store before the op row.
+            prefect: (flow_run_id, task_run_id) of the Prefect task run that executed the op,
+                linked in the same transaction (one durable write per op instead of two).
 
         Raises:
             IntegrityError: a payload's bytes do not hash to its key.
@@ -292,6 +299,16 @@ class Ledger:
                         f"append predecessors before the ops that depend on them"
                     )
             session.add_all(op_rows(trace_id, op))
+            if prefect is not None:
+                session.add(
+                    PrefectLinkRow(
+                        trace_id=trace_id,
+                        op_id=op.op_id,
+                        attempt=op.attempt,
+                        flow_run_id=prefect[0],
+                        task_run_id=prefect[1],
+                    )
+                )
 
     def append_samples(self, trace_id: str, samples: Iterable[SampleLike]) -> int:
         """Append engine-state samples in one transaction (a bulk insert); return the count.
