@@ -1,0 +1,240 @@
+"""Task-level metrics of a trace: root latency, stage time and attempts.
+
+The one idea: a root is measured from its *arrival* to the completion of its *terminal op* (the
+op that completed last), because that is what the user waiting for the task experiences —
+whatever the engine did per request.
+
+Definitions (all times on the trace's clock, seconds):
+
+- **final attempt**: an op id may appear several times (retries); the record with the highest
+  `attempt` (the later record on ties) is the op's outcome. Earlier attempts still count as
+  consumed work.
+- **root status**: `failed` if any op's final attempt failed; otherwise `completed` when every
+  op's final attempt completed with a `completed_s` time; otherwise `incomplete` (an op was cut
+  off, or a root has no ops at all).
+- **root latency** = terminal completion − arrival, defined for completed roots only.
+- **stage time** = first ready time of the stage's ops (nested child stages included) → the last
+  completion among them; `end_s` is None while any of those ops is not completed.
+- **consumed work** of a root: op attempts, prefill tokens computed (input − cached) and output
+  tokens, summed over *every* attempt of every op, so failed and cut-off work stays visible.
+
+Examples:
+    >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, OpTimes, RootRecord
+    >>> t = Trace(manifest=Manifest(trace_id="t"), roots=[RootRecord(root_id="r", arrival_s=1.0)],
+    ...           ops=[OpRecord(op_id="r/0", root_id="r", kind=OpKind.MODEL,
+    ...                         times=OpTimes(ready_s=1.0, completed_s=3.5))])
+    >>> root_latencies(t)[0].latency_s
+    2.5
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from maserve_prefect.errors import TraceValidationError
+from maserve_prefect.trace.model import OpRecord, OpStatus, RootRecord, Trace
+
+
+class RootStatus(StrEnum):
+    """Outcome of a whole root task."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INCOMPLETE = "incomplete"
+
+
+def root_class(root: RootRecord) -> str:
+    """The SLO class of a root: its `workload_class`, else its `workflow`, else `""`.
+
+    Examples:
+        >>> root_class(RootRecord(root_id="r", workflow="debate"))
+        'debate'
+    """
+    return root.workload_class or root.workflow
+
+
+def final_attempts(ops: Iterable[OpRecord]) -> dict[str, OpRecord]:
+    """Map op id → its final attempt (highest `attempt`; the later record wins ties)."""
+    out: dict[str, OpRecord] = {}
+    for op in ops:
+        prev = out.get(op.op_id)
+        if prev is None or op.attempt >= prev.attempt:
+            out[op.op_id] = op
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RootLatency:
+    """One root's outcome and latency (`latency_s` is None unless completed)."""
+
+    root_id: str
+    workload_class: str
+    arrival_s: float
+    status: RootStatus
+    terminal_op_id: str | None
+    completed_s: float | None
+
+    @property
+    def latency_s(self) -> float | None:
+        if self.completed_s is None:
+            return None
+        return self.completed_s - self.arrival_s
+
+
+def _ops_by_root(trace: Trace) -> dict[str, list[OpRecord]]:
+    by_root: dict[str, list[OpRecord]] = defaultdict(list)
+    known = {r.root_id for r in trace.roots}
+    for op in trace.ops:
+        if op.root_id not in known:
+            raise TraceValidationError(
+                f"op {op.op_id!r} names root {op.root_id!r}, which has no root record; "
+                "add the RootRecord (it carries the arrival time) or drop the op"
+            )
+        by_root[op.root_id].append(op)
+    return by_root
+
+
+def terminal_op(ops: Iterable[OpRecord]) -> OpRecord | None:
+    """The op that completed last (ties by op id, the larger wins); None if none completed."""
+    best: OpRecord | None = None
+    for op in ops:
+        t = op.times.completed_s
+        if t is None or op.status is not OpStatus.COMPLETED:
+            continue
+        if best is None or (t, op.op_id) > (best.times.completed_s or 0.0, best.op_id):
+            best = op
+    return best
+
+
+def _status(finals: dict[str, OpRecord]) -> RootStatus:
+    if not finals:
+        return RootStatus.INCOMPLETE
+    if any(op.status is OpStatus.FAILED for op in finals.values()):
+        return RootStatus.FAILED
+    done = all(
+        op.status is OpStatus.COMPLETED and op.times.completed_s is not None
+        for op in finals.values()
+    )
+    return RootStatus.COMPLETED if done else RootStatus.INCOMPLETE
+
+
+def root_latencies(trace: Trace) -> list[RootLatency]:
+    """One `RootLatency` per root record, in record order.
+
+    Raises:
+        TraceValidationError: an op names an unknown root, or a root completes before it arrives.
+    """
+    by_root = _ops_by_root(trace)
+    out = []
+    for root in trace.roots:
+        finals = final_attempts(by_root.get(root.root_id, ()))
+        status = _status(finals)
+        term = terminal_op(finals.values()) if status is RootStatus.COMPLETED else None
+        done_s = term.times.completed_s if term is not None else None
+        if done_s is not None and done_s < root.arrival_s:
+            raise TraceValidationError(
+                f"root {root.root_id!r}: terminal op {term.op_id if term else ''!r} completes at "
+                f"{done_s} s, before the root's arrival at {root.arrival_s} s; fix arrival_s"
+            )
+        out.append(
+            RootLatency(
+                root.root_id,
+                root_class(root),
+                root.arrival_s,
+                status,
+                term.op_id if term else None,
+                done_s,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StageTime:
+    """One stage instance: first op ready → last op completed (`end_s` None if unfinished)."""
+
+    stage_id: str
+    root_id: str
+    name: str
+    start_s: float | None
+    end_s: float | None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.start_s is None or self.end_s is None:
+            return None
+        return self.end_s - self.start_s
+
+
+def stage_times(trace: Trace) -> list[StageTime]:
+    """One `StageTime` per stage record, in record order; a stage includes its nested stages.
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, StageRecord
+        >>> stage_times(Trace(manifest=Manifest(trace_id="t"),
+        ...                   stages=[StageRecord(stage_id="s", root_id="r", name="s")]))[0].end_s
+    """
+    children: dict[str, list[str]] = defaultdict(list)
+    for s in trace.stages:
+        if s.parent_stage_id is not None:
+            children[s.parent_stage_id].append(s.stage_id)
+    finals = final_attempts(trace.ops)
+    by_stage: dict[str, list[OpRecord]] = defaultdict(list)
+    for op in finals.values():
+        by_stage[op.stage_id].append(op)
+    out = []
+    for s in trace.stages:
+        ops: list[OpRecord] = []
+        todo, seen = [s.stage_id], set()
+        while todo:
+            sid = todo.pop()
+            if sid in seen:
+                raise TraceValidationError(
+                    f"stage {sid!r} is its own ancestor; fix parent_stage_id in the trace"
+                )
+            seen.add(sid)
+            ops.extend(by_stage.get(sid, ()))
+            todo.extend(children.get(sid, ()))
+        readies = [op.times.ready_s for op in ops if op.times.ready_s is not None]
+        done = [op.times.completed_s for op in ops]
+        finished = bool(ops) and all(
+            t is not None and op.status is OpStatus.COMPLETED
+            for t, op in zip(done, ops, strict=True)
+        )
+        end = max(t for t in done if t is not None) if finished else None
+        out.append(StageTime(s.stage_id, s.root_id, s.name, min(readies, default=None), end))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSummary:
+    """Roots of one status and the work they consumed (all attempts of all their ops)."""
+
+    status: RootStatus
+    num_roots: int
+    num_op_attempts: int
+    num_prefill_tokens: int
+    num_output_tokens: int
+
+
+def attempts(trace: Trace) -> dict[RootStatus, AttemptSummary]:
+    """Completed / failed / incomplete roots and their consumed work (every status present).
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest
+        >>> attempts(Trace(manifest=Manifest(trace_id="t")))[RootStatus.FAILED].num_roots
+        0
+    """
+    by_root = _ops_by_root(trace)
+    acc = {s: [0, 0, 0, 0] for s in RootStatus}
+    for lat in root_latencies(trace):
+        row = acc[lat.status]
+        row[0] += 1
+        for op in by_root.get(lat.root_id, ()):
+            row[1] += 1
+            row[2] += max(op.num_input_tokens - op.num_cached_tokens, 0)
+            row[3] += op.num_output_tokens
+    return {s: AttemptSummary(s, *v) for s, v in acc.items()}

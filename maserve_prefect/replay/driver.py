@@ -1,0 +1,374 @@
+"""The replay driver: release a trace's ops under a release rule through the one dispatcher.
+
+One idea: replay keeps the work fixed and moves only release times. The driver is plain kernel
+callbacks on the virtual clock (no threads, no Prefect task per op): each root starts at its
+arrival slot; an op is released when every release predecessor (`trace.release.ReleasePlan`)
+has completed here, plus its recorded `external_delay_s`. A released model op goes to
+`Dispatcher.on_ready` as a length-locked request (`replay.work`); any other op completes after its
+recorded duration. Under Flat every op of a root is released at the root's arrival (+ its external
+delay); under Arrival at the root's arrival plus the op's recorded submission offset within its
+root (submitted, else ready time). Both are non-causal reference arms and the result says so.
+
+Cross-root edges that are not required (persistent-memory state reads) are relaxed: roots arrive
+independently in a replay, so waiting on another root's op would couple arrivals the scenario set
+apart. Required edges are always kept.
+
+The result is a replay `Trace`: the same op ids, inputs, deps and lengths, with the realized
+times (ready / submitted / first scheduled / first token / completed) and cached tokens of this
+run, plus the `SimPool` whose step records the metrics join through the request id (= op id).
+`count_early_releases` audits the realized times independently of the release logic.
+
+Examples:
+    >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, RootRecord, Trace
+    >>> t = Trace(manifest=Manifest(trace_id="t"), roots=[RootRecord(root_id="r")],
+    ...           ops=[OpRecord(op_id="r/t", root_id="r", kind=OpKind.TOOL, tool_duration_s=2.0)])
+    >>> run = replay_trace(t, None, lock="length")
+    >>> run.root_latency_s["r"], run.num_early_releases
+    (2.0, 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from maserve_prefect.clock import URGENT
+from maserve_prefect.engine.protocol import Outcome, OutcomeStatus
+from maserve_prefect.engine.sim.kernel import Kernel
+from maserve_prefect.engine.sim.pool import SimPool
+from maserve_prefect.engine.sim.trace_replay import op_submit_time
+from maserve_prefect.errors import ConfigError, SimulationError
+from maserve_prefect.replay.arrivals import (
+    ArrivalProcess,
+    BurstArrivals,
+    ClosedLoopArrivals,
+    open_loop_offsets,
+)
+from maserve_prefect.replay.audit import count_early_releases, realized_trace
+from maserve_prefect.replay.work import (
+    InputLock,
+    check_capabilities,
+    deployment_of,
+    model_request,
+    op_duration,
+)
+from maserve_prefect.runtime.dispatcher import Dispatcher
+from maserve_prefect.runtime.plans import Unit
+from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
+from maserve_prefect.trace.cas import BlobStore
+from maserve_prefect.trace.model import OpKind, OpStatus, Trace
+from maserve_prefect.trace.release import (
+    BarrierEdge,
+    ReleaseRule,
+    StageBarrier,
+    apply_barrier,
+    release_predecessors,
+)
+
+
+@dataclass(slots=True)
+class Realized:
+    """What happened to one op in this replay (times on the replay's clock)."""
+
+    ready_s: float | None = None
+    submitted_s: float | None = None
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    completed_s: float | None = None
+    num_input_tokens: int | None = None
+    num_output_tokens: int | None = None
+    num_cached_tokens: int = 0
+    replica: str = ""
+    status: OpStatus = OpStatus.INCOMPLETE
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ReplayRun:
+    """One replay of a trace set under one rule on one pool.
+
+    Attributes:
+        trace: the replay trace (realized times; manifest source "replay").
+        source: the trace that was replayed (with barrier edges applied for Barrier).
+        pool: the simulated pool (step records, timelines, device time).
+        rule: the release rule; `non_causal` is True for Flat / Arrival.
+        start_s / end_s: replay start (pool warm) and the last completion.
+        root_arrival_s / root_latency_s: per root, arrival and completion − arrival.
+        num_early_releases: ops released before a required predecessor completed (audit).
+        num_failed_ops: model ops the engine rejected or failed.
+    """
+
+    trace: Trace
+    source: Trace
+    pool: SimPool
+    rule: ReleaseRule
+    non_causal: bool
+    start_s: float
+    end_s: float
+    root_arrival_s: dict[str, float]
+    root_latency_s: dict[str, float]
+    num_early_releases: int
+    num_failed_ops: int
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def step_rows(self) -> list[dict[str, object]]:
+        """The pool's step records, one row per (step, scheduled request); join on request_id."""
+        return self.pool.step_rows()
+
+
+class _Driver:
+    """Event logic of one replay (see the module docstring); one instance per run."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        store: BlobStore | None,
+        rule: ReleaseRule,
+        pool: SimPool,
+        pool_file: PoolFile,
+        plan: str,
+        lock: InputLock,
+    ) -> None:
+        self.trace, self.store, self.rule, self.lock = trace, store, rule, lock
+        self.kernel: Kernel = pool.clock
+        self.pool_file = pool_file
+        self.dispatcher = Dispatcher(pool.replicas, self.kernel.now, plan)
+        self.ops = trace.op_index()
+        self.preds = _effective_predecessors(trace, rule)
+        self.succs: dict[str, list[str]] = {op_id: [] for op_id in self.ops}
+        for op_id, preds in self.preds.items():
+            for p in preds:
+                self.succs[p].append(op_id)
+        self.waiting = {op_id: len(p) for op_id, p in self.preds.items()}
+        self.by_root: dict[str, list[str]] = {}
+        for op_id, op in self.ops.items():
+            self.by_root.setdefault(op.root_id, []).append(op_id)
+        self.recorded_arrival = {r.root_id: r.arrival_s for r in trace.roots}
+        self.realized = {op_id: Realized() for op_id in self.ops}
+        self.remaining = {root: len(ids) for root, ids in self.by_root.items()}
+        self.arrival: dict[str, float] = {}
+        self.finish: dict[str, float] = {}
+        self.on_root_done: Any = None
+        # Built up front so a bad op fails before the clock starts, naming the op.
+        self.requests = {
+            op_id: model_request(op, pool_file.resolve(deployment_of(op)), lock, store)
+            for op_id, op in self.ops.items()
+            if op.kind is OpKind.MODEL
+        }
+
+    # -- roots -----------------------------------------------------------------------------
+
+    def schedule_root(self, root_id: str, t: float) -> None:
+        self.kernel.call_at(t, lambda: self._arrive(root_id), URGENT, f"arrival {root_id}")
+
+    def _arrive(self, root_id: str) -> None:
+        now = self.kernel.now()
+        self.arrival[root_id] = now
+        self.dispatcher.on_arrival(root_id)
+        if not self.remaining.get(root_id):
+            self._root_done(root_id)
+            return
+        for op_id in self.by_root[root_id]:
+            if self.waiting[op_id] == 0:
+                self._schedule_release(op_id, now + self._first_offset(op_id))
+
+    def _first_offset(self, op_id: str) -> float:
+        op = self.ops[op_id]
+        if self.rule is not ReleaseRule.ARRIVAL:
+            return op.external_delay_s
+        base = self.recorded_arrival.get(op.root_id, 0.0)
+        return max(op_submit_time(op, base) - base, 0.0)
+
+    def _root_done(self, root_id: str) -> None:
+        self.finish[root_id] = self.kernel.now()
+        if self.on_root_done is not None:
+            self.on_root_done(root_id)
+
+    # -- ops -------------------------------------------------------------------------------
+
+    def _schedule_release(self, op_id: str, t: float) -> None:
+        self.kernel.call_at(t, lambda: self._release(op_id), URGENT, f"release {op_id}")
+
+    def _release(self, op_id: str) -> None:
+        now = self.kernel.now()
+        unfinished = [p for p in self.preds[op_id] if self.realized[p].completed_s is None]
+        if unfinished:  # invariant: never release before the rule's predecessors completed
+            raise SimulationError(f"op {op_id} released before {unfinished} completed")
+        op, rec = self.ops[op_id], self.realized[op_id]
+        rec.ready_s = now
+        if op.kind is not OpKind.MODEL:
+            rec.num_input_tokens, rec.num_output_tokens = op.num_input_tokens, op.num_output_tokens
+            rec.status = op.status
+            self.kernel.call_at(now + op_duration(op), lambda: self._complete(op_id), URGENT)
+            return
+        request = self.requests[op_id]
+        unit = Unit(
+            unit_id=op_id,
+            root_id=op.root_id,
+            deployment=request.deployment,
+            num_prompt_tokens=request.num_prompt(),
+            max_tokens=request.max_tokens,
+            priority=request.priority,
+            ready_s=now,
+        )
+
+        def submitted(t: float, replica: str) -> None:
+            rec.submitted_s, rec.replica = t, replica
+
+        def done(out: Outcome) -> None:
+            rec.first_scheduled_s, rec.first_token_s = out.first_scheduled_s, out.first_token_s
+            rec.num_input_tokens, rec.num_output_tokens = (
+                out.num_prompt_tokens,
+                out.num_output_tokens,
+            )
+            rec.num_cached_tokens = out.num_cached_tokens
+            ok = out.status is OutcomeStatus.COMPLETED
+            rec.status = OpStatus.COMPLETED if ok else OpStatus.FAILED
+            rec.error = None if ok else (out.error or out.status.value)
+            self._complete(op_id)
+
+        self.dispatcher.on_ready(unit, request, on_done=done, on_submitted=submitted)
+
+    def _complete(self, op_id: str) -> None:
+        now = self.kernel.now()
+        self.realized[op_id].completed_s = now
+        for succ in self.succs[op_id]:
+            self.waiting[succ] -= 1
+            if self.waiting[succ] == 0:
+                self._schedule_release(succ, now + self.ops[succ].external_delay_s)
+        root = self.ops[op_id].root_id
+        self.remaining[root] -= 1
+        if self.remaining[root] == 0:
+            self._root_done(root)
+
+
+def _effective_predecessors(trace: Trace, rule: ReleaseRule) -> dict[str, tuple[str, ...]]:
+    """The rule's predecessors minus relaxed cross-root, non-required edges."""
+    index = trace.op_index()
+    preds = release_predecessors(trace, rule)
+    out: dict[str, tuple[str, ...]] = {}
+    for op_id, ps in preds.items():
+        op = index[op_id]
+        required = {d.op_id for d in op.deps if d.required}
+        out[op_id] = tuple(
+            p for p in ps if p in index and (index[p].root_id == op.root_id or p in required)
+        )
+    return out
+
+
+def slot_order(trace: Trace) -> list[str]:
+    """Roots in recorded arrival order (ties by id): the default slot order."""
+    return [r.root_id for r in sorted(trace.roots, key=lambda r: (r.arrival_s, r.root_id))]
+
+
+def replay_trace(
+    trace: Trace,
+    store: BlobStore | None,
+    *,
+    rule: ReleaseRule | str = ReleaseRule.DAG,
+    arrivals: ArrivalProcess | None = None,
+    barrier: Sequence[BarrierEdge | StageBarrier] = (),
+    pool_file: PoolFile | None = None,
+    plan: str = "fcfs",
+    lock: InputLock | str = InputLock.TOKEN,
+    slots: Sequence[str] | None = None,
+    name: str = "replay",
+    notes: Mapping[str, Any] | None = None,
+) -> ReplayRun:
+    """Replay `trace` on a fresh (drained, warm) simulated pool under `rule`.
+
+    Args:
+        trace: the recorded trace set (one or more roots).
+        store: the CAS holding the recorded prompts (needed for token lock).
+        rule: dag, barrier, flat or arrival.
+        arrivals: root arrival process (default: every root at once).
+        barrier: edges / stage barriers added for the Barrier rule (refused for other rules).
+        pool_file: the pool (default: the shipped default pool).
+        plan: the dispatcher plan name.
+        lock: model-input contract, "token" or "length" (`replay.work`).
+        slots: root ids in arrival-slot order (default: recorded arrival order).
+        name: the arm name, written into the replay trace's id and notes.
+        notes: more manifest notes (scenario name, block, ...).
+
+    Raises:
+        IllegalReleaseError: the barrier names unknown ops, crosses roots or makes a cycle.
+        ConfigError: barrier edges under a non-Barrier rule, bad slots, or an op cannot be replayed.
+        UnsupportedError: the engine cannot honour the input contract.
+        SimulationError: ops never completed (the message names them).
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, RootRecord, Trace
+        >>> t = Trace(manifest=Manifest(trace_id="t"), roots=[RootRecord(root_id="r")],
+        ...           ops=[OpRecord(op_id="r/a", root_id="r", kind=OpKind.TOOL, tool_duration_s=1.0)])
+        >>> replay_trace(t, None, rule="flat", lock="length").non_causal
+        True
+    """
+    rule, lock = ReleaseRule(rule), InputLock(lock)
+    if barrier and rule is not ReleaseRule.BARRIER:
+        raise ConfigError(f"barrier edges given for the {rule} rule; use `release: barrier`")
+    source = apply_barrier(trace, barrier) if rule is ReleaseRule.BARRIER else trace
+    order = list(slots) if slots is not None else slot_order(source)
+    known = {r.root_id for r in source.roots}
+    if sorted(order) != sorted(known):
+        raise ConfigError(
+            f"replay slots must list every root once; missing {sorted(known - set(order))[:5]}, "
+            f"unknown {sorted(set(order) - known)[:5]}"
+        )
+    pool_file = pool_file or default_pool_file()
+    pool = build_sim_pool(pool_file, Kernel())
+    check_capabilities(pool.replicas(), lock)
+    drv = _Driver(source, store, rule, pool, pool_file, plan, lock)
+    start = drv.kernel.now()
+    process = arrivals or BurstArrivals(0.0)
+    recorded = [drv.recorded_arrival.get(root, 0.0) for root in order]
+    offsets = open_loop_offsets(process, recorded)
+    if offsets is not None:
+        for root_id, off in zip(order, offsets, strict=True):
+            drv.schedule_root(root_id, start + off)
+    else:
+        assert isinstance(process, ClosedLoopArrivals)
+        _closed_loop(drv, order, process, start)
+    drv.kernel.run()
+    stuck = sorted(op_id for op_id, r in drv.realized.items() if r.completed_s is None)
+    if stuck:
+        raise SimulationError(
+            f"replay {name!r}: {len(stuck)} ops never completed (first: {', '.join(stuck[:5])}); "
+            "a predecessor is missing from the trace set or the pool cannot serve a deployment"
+        )
+    replay = realized_trace(
+        source, drv.realized, drv.arrival, rule=rule, name=name, lock=lock.value, notes=notes
+    )
+    return ReplayRun(
+        trace=replay,
+        source=source,
+        pool=pool,
+        rule=rule,
+        non_causal=not rule.is_causal,
+        start_s=start,
+        end_s=drv.kernel.now(),
+        root_arrival_s=dict(drv.arrival),
+        root_latency_s={r: drv.finish[r] - drv.arrival[r] for r in order},
+        num_early_releases=count_early_releases(replay, rule),
+        num_failed_ops=sum(1 for r in drv.realized.values() if r.status is OpStatus.FAILED),
+        notes=dict(replay.manifest.notes),
+    )
+
+
+def _closed_loop(drv: _Driver, order: list[str], process: ClosedLoopArrivals, start: float) -> None:
+    """Slot i belongs to user i % users; a user's next root starts after its last + think."""
+    think = process.think_times(len(order))
+    queues: dict[int, list[int]] = {}
+    for i in range(len(order)):
+        queues.setdefault(i % process.users, []).append(i)
+    user_of = {order[i]: i % process.users for i in range(len(order))}
+    for q in queues.values():
+        drv.schedule_root(order[q.pop(0)], start)
+
+    def next_of(root_id: str) -> None:
+        q = queues[user_of[root_id]]
+        if q:
+            i = q.pop(0)
+            drv.schedule_root(order[i], drv.kernel.now() + think[i])
+
+    drv.on_root_done = next_of

@@ -1,0 +1,271 @@
+"""Scenario files: what a replay experiment holds fixed and which arms it compares (YAML, pydantic).
+
+One idea: a scenario binds a trace set to root arrivals and lists *arms* that differ only in
+release rule, pool or plan; everything the comparison depends on — arrivals and their seeds, the
+model-input contract, the measurement window, the per-class deadlines — is fixed in the file (or
+computed and locked once, before any arm runs). Errors name the file and the field.
+
+    name: fj-barrier
+    cohorts:                       # one or more trace sets; several get id prefixes "<name>/"
+      - {name: target, role: target, bundle: out/fj}             # a bundle folder, or:
+      - {name: bg, role: background, native: {workflow: fork_join, users: 4, seed: 1}}
+    placement: interleaved         # target roots spread over the slots, or `clustered`
+    arrivals: {kind: poisson, rate_per_s: 0.5, seed: 0}   # burst | explicit | trace | closed_loop
+    lock: token                    # token | length (model-input contract)
+    initial_state: drained         # each arm starts on a fresh, warm, empty pool
+    window: {start_s: 0.0, end_s: null}                   # roots arriving in it are measured
+    deadlines: {classes: {fork_join: 30.0}, reference: {factor: 1.5, quantile: 0.95}}
+    blocks: 2                      # paired blocks, arm order alternating, fresh seed per block
+    arms:
+      - {name: dag, release: dag}
+      - {name: barrier, release: barrier, barrier: [{before: analyst_a, after: analyst_b}]}
+      - {name: flat, release: flat, pool: my_pool.yaml, plan: fcfs,
+         overrides: {main: {max_num_seqs: 8, gpu_memory_utilization: 0.5}}}
+
+Relative paths (bundles, pool files) are resolved against the scenario file's folder.
+
+Examples:
+    >>> s = Scenario.model_validate({"name": "x", "cohorts": [{"name": "t", "bundle": "b"}],
+    ...                              "arms": [{"name": "dag", "release": "dag"}]})
+    >>> s.arrivals.kind, s.blocks
+    ('burst', 1)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.replay import arrivals as arr
+from maserve_prefect.trace.release import BarrierEdge, ReleaseRule, StageBarrier
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NativeRecipe(_Model):
+    """Realize the trace set natively on the simulator first (`flows.native.run_native`)."""
+
+    workflow: str
+    binding: str | None = None
+    users: int = Field(default=1, ge=1)
+    seed: int = 0
+
+
+class Cohort(_Model):
+    """A trace set: a bundle folder or a native-run recipe; `role` target or background."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    role: Literal["target", "background"] = "target"
+    bundle: Path | None = None
+    native: NativeRecipe | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Cohort:
+        if (self.bundle is None) == (self.native is None):
+            raise ValueError("give exactly one of `bundle` or `native`")
+        return self
+
+
+class Poisson(_Model):
+    kind: Literal["poisson"]
+    rate_per_s: float = Field(gt=0)
+    seed: int = 0
+
+
+class Burst(_Model):
+    kind: Literal["burst"] = "burst"
+    at_s: float = Field(default=0.0, ge=0)
+
+
+class Explicit(_Model):
+    kind: Literal["explicit"]
+    times_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(min_length=1)
+
+
+class FromTrace(_Model):
+    kind: Literal["trace"]
+
+
+class Think(_Model):
+    dist: Literal["constant", "exponential", "uniform"] = "constant"
+    value_s: float = Field(default=0.0, ge=0, description="constant value / exponential mean")
+    low_s: float = Field(default=0.0, ge=0)
+    high_s: float = Field(default=0.0, ge=0)
+
+
+class ClosedLoop(_Model):
+    kind: Literal["closed_loop"]
+    users: int = Field(ge=1)
+    think_time: Think = Think()
+    seed: int = 0
+
+
+ArrivalSpec = Annotated[
+    Poisson | Burst | Explicit | FromTrace | ClosedLoop, Field(discriminator="kind")
+]
+
+
+def arrival_process(spec: ArrivalSpec) -> arr.ArrivalProcess:
+    """The runtime arrival process of a parsed spec."""
+    if isinstance(spec, Poisson):
+        return arr.PoissonArrivals(spec.rate_per_s, spec.seed)
+    if isinstance(spec, Burst):
+        return arr.BurstArrivals(spec.at_s)
+    if isinstance(spec, Explicit):
+        return arr.ExplicitArrivals(tuple(spec.times_s))
+    if isinstance(spec, FromTrace):
+        return arr.TraceArrivals()
+    t = spec.think_time
+    think = (
+        arr.ThinkTime("uniform", t.low_s, t.high_s)
+        if t.dist == "uniform"
+        else arr.ThinkTime(t.dist, t.value_s)
+    )
+    return arr.ClosedLoopArrivals(spec.users, think, spec.seed)
+
+
+class BarrierSpec(_Model):
+    """A stage barrier (`before` / `after` stage names) or an op edge (`src` / `dst` op ids)."""
+
+    before: str | None = None
+    after: str | None = None
+    root_id: str | None = None
+    src: str | None = None
+    dst: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> BarrierSpec:
+        stage = self.before is not None and self.after is not None
+        edge = self.src is not None and self.dst is not None
+        if stage == edge:
+            raise ValueError("give either `before` + `after` (stages) or `src` + `dst` (op ids)")
+        return self
+
+    def to_release(self) -> BarrierEdge | StageBarrier:
+        if self.src is not None and self.dst is not None:
+            return BarrierEdge(self.src, self.dst, "scenario")
+        assert self.before is not None and self.after is not None
+        return StageBarrier(self.before, self.after, self.root_id)
+
+
+class DeploymentOverride(_Model):
+    """Serving knobs an arm may change on one deployment of its pool."""
+
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+
+
+class Arm(_Model):
+    """One arm: a release rule on a pool with a plan; everything else is the scenario's."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    release: ReleaseRule = ReleaseRule.DAG
+    barrier: tuple[BarrierSpec, ...] = ()
+    pool: Path | None = None
+    plan: str = "fcfs"
+    overrides: dict[str, DeploymentOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _barrier_only_for_barrier(self) -> Arm:
+        if self.barrier and self.release is not ReleaseRule.BARRIER:
+            raise ValueError(f"`barrier` edges need `release: barrier`, not {self.release.value}")
+        if self.release is ReleaseRule.BARRIER and not self.barrier:
+            raise ValueError("`release: barrier` needs at least one `barrier` edge")
+        return self
+
+
+class Window(_Model):
+    """Roots whose arrival offset lies in [start_s, end_s) are measured (end None: no end)."""
+
+    start_s: float = Field(default=0.0, ge=0)
+    end_s: float | None = None
+
+    def holds(self, offset_s: float) -> bool:
+        return offset_s >= self.start_s and (self.end_s is None or offset_s < self.end_s)
+
+
+class Reference(_Model):
+    """Deadline = factor × quantile of a class's root latency in a low-load reference replay."""
+
+    factor: float = Field(default=1.5, gt=0)
+    quantile: float = Field(default=0.95, gt=0, le=1)
+
+
+class Deadlines(_Model):
+    """Per-class deadlines in seconds; classes left out come from `reference` when given."""
+
+    classes: dict[str, float] = Field(default_factory=dict)
+    reference: Reference | None = None
+
+
+class Scenario(_Model):
+    """A parsed scenario file (see the module docstring)."""
+
+    name: str = Field(min_length=1)
+    cohorts: tuple[Cohort, ...] = Field(min_length=1)
+    placement: Literal["interleaved", "clustered"] = "interleaved"
+    arrivals: ArrivalSpec = Burst()
+    lock: Literal["token", "length"] = "token"
+    initial_state: Literal["drained"] = "drained"
+    engine: str = "sim"
+    window: Window = Window()
+    deadlines: Deadlines = Deadlines()
+    blocks: int = Field(default=1, ge=1)
+    arms: tuple[Arm, ...] = Field(min_length=1)
+    base_dir: Path = Path(".")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Scenario:
+        for what, names in (
+            ("arm", [a.name for a in self.arms]),
+            ("cohort", [c.name for c in self.cohorts]),
+        ):
+            if len(set(names)) != len(names):
+                raise ValueError(f"{what} names must be unique, got {names}")
+        return self
+
+    def path(self, p: Path) -> Path:
+        """`p` resolved against the scenario file's folder."""
+        return p if p.is_absolute() else self.base_dir / p
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Parse and check a scenario file.
+
+    Raises:
+        ConfigError: unreadable file, bad YAML, or an invalid field (file and field named).
+
+    Examples:
+        >>> load_scenario("/nonexistent.yaml")
+        Traceback (most recent call last):
+        ...
+        maserve_prefect.errors.ConfigError: scenario /nonexistent.yaml: cannot read it: [Errno 2] No such file or directory: '/nonexistent.yaml'
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"scenario {path}: cannot read it: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"scenario {path}: expected a mapping at the top level")
+    return parse_scenario(data, source=str(path), base_dir=path.parent)
+
+
+def parse_scenario(
+    data: dict[str, Any], *, source: str = "(inline)", base_dir: Path = Path(".")
+) -> Scenario:
+    """Validate a scenario mapping; errors name `source` and the field path."""
+    try:
+        return Scenario.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"scenario {source}: {loc}: {first['msg']}{more}") from None

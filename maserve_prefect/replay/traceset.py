@@ -1,0 +1,169 @@
+"""Trace sets: a scenario's cohorts loaded, namespaced, merged, and placed in arrival slots.
+
+One idea: every cohort becomes part of one trace whose ids cannot collide — with several
+cohorts each id (root, stage, session, op, and every dep) gets the prefix `"<cohort>/"` — and the
+merged roots are put in a fixed slot order that the arrival process then times:
+
+- `interleaved`: the target roots are spread evenly among the background roots (each cohort's
+  i-th root sits at fraction (i + ½)/n of the sequence; ties by cohort order), so targets meet
+  steady background load;
+- `clustered`: the target roots sit together in the middle of the background roots.
+
+Within a cohort, roots keep their recorded arrival order.
+
+Examples:
+    >>> from maserve_prefect.trace.model import Manifest, RootRecord, Trace
+    >>> t = Trace(manifest=Manifest(trace_id="t"), roots=[RootRecord(root_id="r0")])
+    >>> prefixed(t, "bg").roots[0].root_id
+    'bg/r0'
+    >>> place_slots({"tgt": ["a"], "bg": ["b0", "b1", "b2"]}, ["tgt"], "clustered")
+    ['b0', 'b1', 'a', 'b2']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.replay.driver import slot_order
+from maserve_prefect.replay.scenario import Cohort, Scenario
+from maserve_prefect.trace.cas import BlobStore, MemoryStore
+from maserve_prefect.trace.model import Manifest, Trace
+
+
+@dataclass(slots=True)
+class TraceSet:
+    """The merged trace, its payload store, slot order and each root's cohort and role."""
+
+    trace: Trace
+    store: BlobStore
+    slots: list[str]
+    cohort_of: dict[str, str]
+    role_of: dict[str, str]
+
+    def targets(self) -> list[str]:
+        """Root ids of target cohorts, in slot order."""
+        return [r for r in self.slots if self.role_of[r] == "target"]
+
+
+def prefixed(trace: Trace, prefix: str) -> Trace:
+    """`trace` with every id prefixed by `prefix + "/"` (identity for an empty prefix)."""
+    if not prefix:
+        return trace
+
+    def p(s: str) -> str:
+        return f"{prefix}/{s}" if s else s
+
+    roots = [r.model_copy(update={"root_id": p(r.root_id)}) for r in trace.roots]
+    stages = [
+        s.model_copy(
+            update={
+                "stage_id": p(s.stage_id),
+                "root_id": p(s.root_id),
+                "parent_stage_id": p(s.parent_stage_id) if s.parent_stage_id else None,
+            }
+        )
+        for s in trace.stages
+    ]
+    sessions = [
+        s.model_copy(
+            update={
+                "session_id": p(s.session_id),
+                "root_id": p(s.root_id),
+                "stage_id": p(s.stage_id),
+            }
+        )
+        for s in trace.sessions
+    ]
+    ops = [
+        op.model_copy(
+            update={
+                "op_id": p(op.op_id),
+                "root_id": p(op.root_id),
+                "stage_id": p(op.stage_id),
+                "session_id": p(op.session_id),
+                "deps": tuple(d.model_copy(update={"op_id": p(d.op_id)}) for d in op.deps),
+            }
+        )
+        for op in trace.ops
+    ]
+    return trace.model_copy(
+        update={"roots": roots, "stages": stages, "sessions": sessions, "ops": ops}
+    )
+
+
+def place_slots(
+    roots_by_cohort: Mapping[str, Sequence[str]], targets: Sequence[str], placement: str
+) -> list[str]:
+    """Slot order of the merged roots (see the module docstring)."""
+    names = list(roots_by_cohort)
+    if placement == "clustered" and targets:
+        tgt = [r for c in names if c in targets for r in roots_by_cohort[c]]
+        bg = [r for c in names if c not in targets for r in roots_by_cohort[c]]
+        mid = (len(bg) + 1) // 2 if bg else 0
+        return bg[:mid] + tgt + bg[mid:]
+    keyed = [
+        ((i + 0.5) / len(roots), k, i, r)
+        for k, c in enumerate(names)
+        for roots in (roots_by_cohort[c],)
+        for i, r in enumerate(roots)
+    ]
+    return [r for *_, r in sorted(keyed)]
+
+
+def _load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
+    if cohort.bundle is not None:
+        from maserve_prefect.trace.bundle import import_bundle
+
+        b = import_bundle(scenario.path(cohort.bundle))
+        return b.trace, b.store
+    from maserve_prefect.flows.native import run_native
+
+    assert cohort.native is not None
+    r = cohort.native
+    run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed)
+    return run.trace, run.harness.store
+
+
+def build_trace_set(
+    scenario: Scenario, loaded: Mapping[str, tuple[Trace, BlobStore]] | None = None
+) -> TraceSet:
+    """Load (or take from `loaded`, by cohort name) every cohort and merge them.
+
+    Raises:
+        ConfigError: a cohort has no roots.
+    """
+    many = len(scenario.cohorts) > 1
+    store = MemoryStore()
+    roots, stages, sessions, ops = [], [], [], []
+    by_cohort: dict[str, list[str]] = {}
+    cohort_of: dict[str, str] = {}
+    role_of: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    manifests: list[Manifest] = []
+    for cohort in scenario.cohorts:
+        trace, src = (loaded or {}).get(cohort.name) or _load_cohort(scenario, cohort)
+        if not trace.roots:
+            raise ConfigError(f"scenario {scenario.name}: cohort {cohort.name!r} has no roots")
+        for digest in src.iter_digests():
+            store.put(src.get(digest))
+        t = prefixed(trace, cohort.name if many else "")
+        notes[cohort.name] = trace.manifest.trace_id
+        manifests.append(trace.manifest)
+        by_cohort[cohort.name] = slot_order(t)
+        for r in by_cohort[cohort.name]:
+            cohort_of[r], role_of[r] = cohort.name, cohort.role
+        roots += t.roots
+        stages += t.stages
+        sessions += t.sessions
+        ops += t.ops
+    manifest = (
+        Manifest(trace_id=f"scenario-{scenario.name}", notes={"cohorts": notes})
+        if many
+        else manifests[0]
+    )
+    merged = Trace(manifest=manifest, roots=roots, stages=stages, sessions=sessions, ops=ops)
+    targets = [c.name for c in scenario.cohorts if c.role == "target"]
+    slots = place_slots(by_cohort, targets, scenario.placement)
+    return TraceSet(merged, store, slots, cohort_of, role_of)

@@ -1,0 +1,145 @@
+"""Tests for metrics.report: rows, rich tables, PNG plots and Prefect artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from maserve_prefect.errors import ConfigError, TraceValidationError
+from maserve_prefect.metrics.path import PathSegment, RootPath
+from maserve_prefect.metrics.report import (
+    Progress,
+    artifact_key,
+    latency_rows,
+    markdown_table,
+    path_rows,
+    plot_kv_occupancy,
+    plot_latency_cdf,
+    plot_path_bars,
+    plot_root_gantt,
+    publish_artifacts,
+    render_table,
+    slo_rows,
+)
+from maserve_prefect.metrics.slo import ClassAttainment
+from maserve_prefect.metrics.task import RootLatency, RootStatus
+from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, OpTimes, RootRecord, Trace
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LATS = [
+    RootLatency("r0", "chat", 0.0, RootStatus.COMPLETED, "op", 1.5),
+    RootLatency("r1", "chat", 1.0, RootStatus.FAILED, None, None),
+]
+PATHS = [
+    RootPath("r0", "chat", 1.5, (PathSegment("a", None, 0.0, 0.25, 0.5, 0.75),)),
+]
+
+
+def test_rows_and_rich_table() -> None:
+    rows = latency_rows(LATS)
+    assert rows[1] == {
+        "root_id": "r1",
+        "class": "chat",
+        "status": "failed",
+        "arrival_s": 1.0,
+        "completed_s": None,
+        "latency_s": None,
+    }
+    assert path_rows(PATHS)[0]["backend_wait_s"] == 0.5
+    table = render_table("roots", rows)
+    assert table.row_count == 2 and len(table.columns) == 6
+    console = Console(width=140, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "failed" in text and "1.5" in text and "–" in text
+
+
+def test_markdown_table_lists_every_row() -> None:
+    rows = slo_rows({"chat": ClassAttainment("chat", 2.0, 4, 3)})
+    md = markdown_table(rows)
+    assert md.splitlines()[0] == "| class | deadline_s | num_roots | num_met | attainment |"
+    assert md.splitlines()[2] == "| chat | 2 | 4 | 3 | 0.75 |"
+    assert markdown_table([]) == ""
+
+
+def test_plots_write_pngs(tmp_path: Path) -> None:
+    trace = Trace(
+        manifest=Manifest(trace_id="t"),
+        roots=[RootRecord(root_id="r")],
+        ops=[
+            OpRecord(op_id="r/a", root_id="r", kind=OpKind.MODEL,
+                     times=OpTimes(ready_s=0.0, submitted_s=0.1, first_scheduled_s=0.5,
+                                   completed_s=2.0)),
+            OpRecord(op_id="r/b", root_id="r", kind=OpKind.TOOL,
+                     times=OpTimes(ready_s=2.0, submitted_s=2.0, completed_s=2.5)),
+        ],
+    )  # fmt: skip
+    outs = [
+        plot_latency_cdf({"dag": [1.0, 2.0, 3.0], "flat": [0.5, 4.0]}, tmp_path / "cdf.png"),
+        plot_path_bars({"dag": PATHS, "empty": []}, tmp_path / "path.png"),
+        plot_kv_occupancy(
+            {"rep": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 2.0**30, 0.5 * 2**30]))},
+            tmp_path / "sub" / "kv.png",
+        ),
+        plot_root_gantt(trace, "r", tmp_path / "gantt.png"),
+    ]
+    for out in outs:
+        data = out.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 1000
+    with pytest.raises(TraceValidationError, match="'nope'"):
+        plot_root_gantt(trace, "nope", tmp_path / "x.png")
+
+
+def test_artifact_key() -> None:
+    assert artifact_key("maserve-Root latency/p99") == "maserve-root-latency-p99"
+    with pytest.raises(ConfigError):
+        artifact_key("///")
+
+
+def test_outside_a_run_publishing_is_a_noop() -> None:
+    assert publish_artifacts({"roots": latency_rows(LATS)}) == []
+    p = Progress("sweep")
+    p.update(10.0)
+    assert p.artifact_id is None
+
+
+def test_artifacts_published_from_a_flow(prefect_api: None) -> None:
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    @flow(name="metrics-report-test", persist_result=False)
+    def report_flow() -> tuple[list[str], str | None]:
+        from prefect.context import FlowRunContext
+
+        progress = Progress("replay sweep", key="metrics-test-progress")
+        ids = publish_artifacts(
+            {"root latency": latency_rows(LATS), "paths": path_rows(PATHS)},
+            "# Run summary",
+            prefix="mtest",
+        )
+        progress.update(50.0)
+        progress.update(150.0)  # clipped to 100
+        ctx = FlowRunContext.get()
+        assert ctx is not None and ctx.flow_run is not None
+        return [str(i) for i in ids], str(ctx.flow_run.id)
+
+    ids, run_id = report_flow()
+    assert len(ids) == 3
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+        )
+    by_key = {a.key: a for a in arts}
+    assert set(by_key) == {
+        "mtest-root-latency", "mtest-paths", "mtest-report", "metrics-test-progress",
+    }  # fmt: skip
+    assert by_key["mtest-root-latency"].type == "table"
+    assert "r1" in str(by_key["mtest-root-latency"].data)
+    report = str(by_key["mtest-report"].data)
+    assert report.startswith("# Run summary") and "### paths" in report
+    assert by_key["metrics-test-progress"].type == "progress"
+    assert float(by_key["metrics-test-progress"].data) == 100.0

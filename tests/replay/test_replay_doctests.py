@@ -1,0 +1,24 @@
+"""The replay modules' docstring examples run."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "maserve_prefect.replay.arrivals",
+    "maserve_prefect.replay.work",
+    "maserve_prefect.replay.audit",
+    "maserve_prefect.replay.driver",
+    "maserve_prefect.replay.scenario",
+    "maserve_prefect.replay.traceset",
+    "maserve_prefect.replay.arms",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

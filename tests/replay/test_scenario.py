@@ -1,0 +1,109 @@
+"""Scenario files and `run_scenario`: field errors, cohorts and slots, locked deadlines, blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from replay_factories import make_trace
+
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.replay.arms import arm_pool_file, run_scenario
+from maserve_prefect.replay.scenario import load_scenario, parse_scenario
+from maserve_prefect.replay.traceset import place_slots
+from maserve_prefect.trace.cas import MemoryStore
+
+TOY = {"tgt": (make_trace(2, workflow="toy"), MemoryStore())}
+
+
+def _scenario(**extra: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "name": "toy",
+        "cohorts": [{"name": "tgt", "bundle": "unused"}],
+        "lock": "length",
+        "arms": [{"name": "dag"}, {"name": "bar", "release": "barrier",
+                                   "barrier": [{"before": "s1", "after": "s2"}]}],
+    }  # fmt: skip
+    return base | extra
+
+
+def test_yaml_error_names_file_and_field(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(
+        "name: x\ncohorts: [{name: t, bundle: b}]\narms:\n  - {name: a, release: sideways}\n"
+    )
+    with pytest.raises(ConfigError, match=rf"scenario {f}: arms\.0\.release"):
+        load_scenario(f)
+
+
+def test_barrier_edges_without_barrier_rule_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"arms\.0.*release: barrier"):
+        parse_scenario(_scenario(arms=[{"name": "a", "barrier": [{"before": "x", "after": "y"}]}]))
+
+
+def test_unknown_override_deployment_is_named() -> None:
+    s = parse_scenario(_scenario(arms=[{"name": "a", "overrides": {"nope": {"max_num_seqs": 2}}}]))
+    with pytest.raises(ConfigError, match="'nope'"):
+        arm_pool_file(s, s.arms[0])
+
+
+def test_overrides_change_only_the_named_deployment() -> None:
+    s = parse_scenario(_scenario(arms=[{"name": "a", "overrides": {"main": {"max_num_seqs": 2}}}]))
+    deps = {d.name: d for d in arm_pool_file(s, s.arms[0]).deployments}
+    assert deps["main"].max_num_seqs == 2 and deps["large"].max_num_seqs is None
+
+
+def test_slot_placement() -> None:
+    cohorts = {"t": ["t0", "t1"], "b": ["b0", "b1", "b2", "b3"]}
+    assert place_slots(cohorts, ["t"], "interleaved") == ["b0", "t0", "b1", "b2", "t1", "b3"]
+    assert place_slots(cohorts, ["t"], "clustered") == ["b0", "b1", "t0", "t1", "b2", "b3"]
+
+
+def test_cohorts_are_namespaced_and_background_is_not_measured() -> None:
+    s = parse_scenario(_scenario(cohorts=[{"name": "tgt", "bundle": "x"},
+                                          {"name": "bg", "role": "background", "bundle": "y"}]))  # fmt: skip
+    loaded = TOY | {"bg": (make_trace(3, workflow="bg"), MemoryStore())}
+    res = run_scenario(s, prefect=False, loaded=loaded)
+    assert res.trace_set.slots[:2] == ["bg/r0", "tgt/r0"]
+    summary = res.results[0].summary
+    assert (summary.num_roots, summary.num_measured) == (5, 2)
+
+
+def test_deadlines_are_locked_from_the_reference_before_arms() -> None:
+    s = parse_scenario(_scenario(deadlines={"classes": {"other": 9.0},
+                                            "reference": {"factor": 2.0, "quantile": 0.5}}))  # fmt: skip
+    res = run_scenario(s, prefect=False, loaded=TOY)
+    # alone, a toy root takes its longest tool op (2 s); the deadline is 2 x the median
+    assert res.reference_latency_s == {"toy": [2.0, 2.0]}
+    assert res.deadlines_s == {"other": 9.0, "toy": 4.0}
+    only_dag = parse_scenario(_scenario(arms=[{"name": "dag"}], deadlines=s.deadlines.model_dump()))
+    assert run_scenario(only_dag, prefect=False, loaded=TOY).deadlines_s == res.deadlines_s
+
+
+def test_blocks_alternate_arm_order_and_summarize_median_range() -> None:
+    s = parse_scenario(_scenario(blocks=3, arrivals={"kind": "poisson", "rate_per_s": 1.0}))
+    res = run_scenario(s, prefect=False, loaded=TOY)
+    assert [(r.summary.arm, r.summary.block) for r in res.results] == [
+        ("dag", 0), ("bar", 0), ("bar", 1), ("dag", 1), ("dag", 2), ("bar", 2)]  # fmt: skip
+    # tool ops do not contend: a DAG root takes max(1, 2) s; the barrier serializes them to 3 s
+    across = res.across_blocks()
+    assert across["dag"]["latency_p50_s"] == (2.0, 2.0, 2.0)
+    assert across["bar"]["latency_p50_s"] == (3.0, 3.0, 3.0)
+    assert all(r.summary.num_early_releases == 0 for r in res.results)
+
+
+def test_same_scenario_twice_gives_identical_results() -> None:
+    s = parse_scenario(_scenario(arrivals={"kind": "poisson", "rate_per_s": 2.0, "seed": 4}))
+    one, two = (
+        run_scenario(s, prefect=False, loaded=TOY),
+        run_scenario(s, prefect=False, loaded=TOY),
+    )
+    assert [r.summary for r in one.results] == [r.summary for r in two.results]
+    assert [r.run.trace for r in one.results] == [r.run.trace for r in two.results]
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_each_arm_is_one_prefect_flow_run() -> None:
+    res = run_scenario(parse_scenario(_scenario()), prefect=True, loaded=TOY)
+    ids = [r.flow_run_id for r in res.results]
+    assert all(ids) and len(set(ids)) == 2
