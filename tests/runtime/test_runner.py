@@ -81,3 +81,17 @@ def test_same_flow_twice_gives_identical_records() -> None:
     _, second = _run(chain_flow, 12)
     key = lambda op: op.op_id  # noqa: E731
     assert sorted(first.book.ops, key=key) == sorted(second.book.ops, key=key)
+
+
+def test_near_ready_ops_are_reported_to_the_dispatcher() -> None:
+    """An op whose predecessors are all done or running (one running) is reported once as
+    near-ready before it becomes ready: the hook prefetch and placement plug into."""
+    from maserve_prefect.runtime.dispatcher import Dispatcher
+
+    gate = VirtualGate(Kernel())
+    dispatcher = Dispatcher(list, gate.now)
+    harness = Harness(gate, Manifest(trace_id="near"), dispatcher=dispatcher)
+    with gate, activate(harness):
+        assert chain_flow(5) == 6
+    # chain of 5 + the side op: every op but the first has a predecessor that ran before it.
+    assert dispatcher.stats.by_event.get("near_ready") == 5
