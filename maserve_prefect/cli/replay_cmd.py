@@ -4,7 +4,8 @@ The one idea: the scenario file fixes everything but the arms (`replay.scenario`
 runs it (`replay.arms.run_scenario`: deadlines locked first, then one Prefect flow run per arm on
 the managed or configured Prefect API, or none with `--no-prefect`), prints root-latency
 percentiles, completed roots, early releases and deadline attainment per arm and block (non-causal
-arms flagged), the median and range across blocks, and with `--out` writes one replay bundle per
+arms flagged), the median and range across blocks, the conformance audit of every arm run
+(`replay.conformance`), and with `--out` writes one replay bundle per
 arm and block plus `summary.json`.
 
 Exit codes: 0 success; 1 bad input or a failed step (one red line); 2 an engine that is not
@@ -116,6 +117,10 @@ def replay_cmd(
             with console.status("replaying"):
                 res = run_scenario(sc, prefect=prefect)
         print_result(console, res)
+        from maserve_prefect.replay.conformance import audit, render
+
+        native = res.trace_set.trace if res.trace_set.trace.manifest.source == "native" else None
+        console.print(render([audit(r.run, native) for r in res.results]))
         if out is not None:
             write_outputs(out, res)
             console.print(f"wrote {out}")

@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,6 +98,11 @@ class ReplayRun:
         root_arrival_s / root_latency_s: per root, arrival and completion − arrival.
         num_early_releases: ops released before a required predecessor completed (audit).
         num_failed_ops: model ops the engine rejected or failed.
+        release_wall_ns: per released op, (trigger, submit) on the driver's wall clock
+            (`time.perf_counter_ns`): trigger = the driver processed the op's last release
+            predecessor's completion (its root's arrival for a first op, its release timer when
+            it waits a delay); submit = handed to the dispatcher (model op) or started (other).
+            Their difference is the driver's reaction cost (`replay.conformance`).
     """
 
     trace: Trace
@@ -111,6 +117,7 @@ class ReplayRun:
     num_early_releases: int
     num_failed_ops: int
     notes: dict[str, Any] = field(default_factory=dict)
+    release_wall_ns: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def step_rows(self) -> list[dict[str, object]]:
         """The pool's step records, one row per (step, scheduled request); join on request_id."""
@@ -150,6 +157,9 @@ class _Driver:
         self.arrival: dict[str, float] = {}
         self.finish: dict[str, float] = {}
         self.on_root_done: Any = None
+        # Wall-clock instrumentation for the conformance audit: (perf_counter_ns, virtual time).
+        self.trigger: dict[str, tuple[int, float]] = {}
+        self.wall_ns: dict[str, tuple[int, int]] = {}
         # Built up front so a bad op fails before the clock starts, naming the op.
         self.requests = {
             op_id: model_request(op, pool_file.resolve(deployment_of(op)), lock, store)
@@ -171,6 +181,7 @@ class _Driver:
             return
         for op_id in self.by_root[root_id]:
             if self.waiting[op_id] == 0:
+                self.trigger[op_id] = (time.perf_counter_ns(), now)
                 self._schedule_release(op_id, now + self._first_offset(op_id))
 
     def _first_offset(self, op_id: str) -> float:
@@ -192,6 +203,9 @@ class _Driver:
 
     def _release(self, op_id: str) -> None:
         now = self.kernel.now()
+        trigger_ns, trigger_t = self.trigger.get(op_id, (time.perf_counter_ns(), now))
+        if now > trigger_t:  # waited a delay on the virtual clock: react from the timer firing
+            trigger_ns = time.perf_counter_ns()
         unfinished = [p for p in self.preds[op_id] if self.realized[p].completed_s is None]
         if unfinished:  # invariant: never release before the rule's predecessors completed
             raise SimulationError(f"op {op_id} released before {unfinished} completed")
@@ -200,6 +214,7 @@ class _Driver:
         if op.kind is not OpKind.MODEL:
             rec.num_input_tokens, rec.num_output_tokens = op.num_input_tokens, op.num_output_tokens
             rec.status = op.status
+            self.wall_ns[op_id] = (trigger_ns, time.perf_counter_ns())
             self.kernel.call_at(now + op_duration(op), lambda: self._complete(op_id), URGENT)
             return
         request = self.requests[op_id]
@@ -228,6 +243,7 @@ class _Driver:
             rec.error = None if ok else (out.error or out.status.value)
             self._complete(op_id)
 
+        self.wall_ns[op_id] = (trigger_ns, time.perf_counter_ns())
         self.dispatcher.on_ready(unit, request, on_done=done, on_submitted=submitted)
 
     def _complete(self, op_id: str) -> None:
@@ -236,6 +252,7 @@ class _Driver:
         for succ in self.succs[op_id]:
             self.waiting[succ] -= 1
             if self.waiting[succ] == 0:
+                self.trigger[succ] = (time.perf_counter_ns(), now)
                 self._schedule_release(succ, now + self.ops[succ].external_delay_s)
         root = self.ops[op_id].root_id
         self.remaining[root] -= 1
@@ -352,6 +369,7 @@ def replay_trace(
         num_early_releases=count_early_releases(replay, rule),
         num_failed_ops=sum(1 for r in drv.realized.values() if r.status is OpStatus.FAILED),
         notes=dict(replay.manifest.notes),
+        release_wall_ns=dict(drv.wall_ns),
     )
 
 

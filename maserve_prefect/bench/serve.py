@@ -1,0 +1,158 @@
+"""Serving benchmark suites as scheduled Prefect deployments (`maserve bench serve`).
+
+One idea: every suite file with a `schedule` becomes one deployment of the `maserve-suite` flow
+(`bench.flow`), named after the suite, with parameters `{path, scale}` and its cron or interval
+schedule, and one Prefect `Runner` serves them all from this process — Prefect's `serve`, with
+one addition: the runner also *creates* the scheduled runs. The local server `maserve` manages
+runs without Prefect's scheduler service (and the test harness's ephemeral server has none), so
+a served deployment would otherwise never get a run; every `schedule_every_s` the runner asks the
+API to schedule each served deployment's upcoming runs (`POST /deployments/{id}/schedule`, the
+same call the scheduler service makes; it is idempotent, so on a server whose scheduler is on
+nothing is scheduled twice). Runs execute in the runner's subprocesses, which load the flow by
+module path, so serving works from a wheel as from a checkout, entirely offline.
+
+Stop with Ctrl-C or SIGTERM; schedules are paused on shutdown (Prefect's default for `serve`).
+
+Examples:
+    >>> scheduled_suites("/nonexistent")
+    Traceback (most recent call last):
+    ...
+    maserve_prefect.errors.ConfigError: suites folder /nonexistent does not exist; pass --suites DIR
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+from uuid import UUID
+
+from maserve_prefect.bench.suite import Suite, check_scale, find_suites, load_suite
+from maserve_prefect.errors import ConfigError
+
+if TYPE_CHECKING:
+    from prefect.deployments.runner import RunnerDeployment
+
+SCHEDULE_EVERY_S = 10.0
+
+
+def scheduled_suites(folder: str | Path) -> list[tuple[Path, Suite]]:
+    """The suites in `folder` that have a schedule, as (resolved path, suite), sorted by path.
+
+    Raises:
+        ConfigError: the folder is missing, or a suite file is invalid (file and field named).
+    """
+    out = []
+    for path in find_suites(folder):
+        suite = load_suite(path)
+        if suite.schedule is not None:
+            out.append((path.resolve(), suite))
+    return out
+
+
+def check_servable(folder: str | Path) -> list[tuple[Path, Suite]]:
+    """`scheduled_suites(folder)`, refusing an empty result.
+
+    Raises:
+        ConfigError: no suite in `folder` has a schedule, or a suite file is invalid.
+    """
+    suites = scheduled_suites(folder)
+    if not suites:
+        raise ConfigError(
+            f"no suite in {folder} has a `schedule`; add `schedule: {{interval_s: N}}` or "
+            "`schedule: {cron: ...}` to a suite file"
+        )
+    return suites
+
+
+def suite_deployment(path: Path, suite: Suite, scale: str = "demo") -> RunnerDeployment:
+    """The deployment of one scheduled suite (name = suite name).
+
+    Raises:
+        ConfigError: a bad scale.
+    """
+    from prefect.types.entrypoint import EntrypointType
+
+    from maserve_prefect.bench.flow import maserve_suite
+
+    check_scale(scale)
+    assert suite.schedule is not None
+    sched = suite.schedule
+    deployment = maserve_suite.to_deployment(
+        name=suite.name,
+        description=suite.description or None,
+        parameters={"path": str(path), "scale": scale},
+        cron=sched.cron,
+        interval=dt.timedelta(seconds=sched.interval_s) if sched.interval_s is not None else None,
+        tags=["maserve-bench"],
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+    # `to_deployment` dispatches on context: called from sync code it returns the deployment.
+    return cast("RunnerDeployment", deployment)
+
+
+async def _keep_scheduled(ids: Sequence[UUID], every_s: float) -> None:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        while True:
+            for dep_id in ids:
+                resp = await client._client.post(f"/deployments/{dep_id}/schedule", json={})
+                resp.raise_for_status()
+            await asyncio.sleep(every_s)
+
+
+async def serve_async(
+    deployments: Sequence[RunnerDeployment],
+    *,
+    limit: int | None = None,
+    schedule_every_s: float = SCHEDULE_EVERY_S,
+) -> None:
+    """Register `deployments`, keep their runs scheduled and execute them until stopped."""
+    from prefect.runner import Runner
+
+    runner: Any = Runner(pause_on_shutdown=True, limit=limit)
+    ids = [await runner.aadd_deployment(d) for d in deployments]
+    scheduler = asyncio.create_task(_keep_scheduled(ids, schedule_every_s))
+    try:
+        await runner.start()
+    finally:
+        scheduler.cancel()
+        await asyncio.gather(scheduler, return_exceptions=True)
+
+
+def serve_suites(
+    folder: str | Path,
+    scale: str = "demo",
+    *,
+    limit: int | None = None,
+    schedule_every_s: float = SCHEDULE_EVERY_S,
+) -> list[str]:
+    """Serve every scheduled suite in `folder` (blocks until Ctrl-C / SIGTERM).
+
+    Call it with a Prefect API configured (`prefect_server.ensure_server` + `connected`).
+
+    Args:
+        folder: the suites folder (e.g. `deployments/suites`).
+        scale: the scale every served suite runs at.
+        limit: most flow runs at once (None: Prefect's default).
+        schedule_every_s: how often upcoming runs are scheduled (see the module docstring).
+
+    Returns:
+        The names of the suites that were served.
+
+    Raises:
+        ConfigError: no suite in `folder` has a schedule, or a suite file is invalid.
+
+    Examples:
+        >>> serve_suites("deployments/suites")  # doctest: +SKIP
+    """
+    suites = check_servable(folder)
+    deployments = [suite_deployment(p, s, scale) for p, s in suites]
+    try:
+        asyncio.run(serve_async(deployments, limit=limit, schedule_every_s=schedule_every_s))
+    except KeyboardInterrupt:
+        pass
+    return [s.name for _, s in suites]

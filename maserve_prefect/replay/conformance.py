@@ -1,0 +1,237 @@
+"""The conformance audit of a replay run: did it keep the work fixed and release on time?
+
+One idea: a replay is evidence only if it replayed the *same work* under its rule, so the audit
+is a report (not a timed test) of four checks on one `ReplayRun`:
+
+1. **Work**: every op's realized input and output token counts equal the replayed trace's
+   (mismatches are listed by op id). Ops whose recorded count is unknown are skipped.
+2. **Causality**: zero early releases (`ReplayRun.num_early_releases`, read from realized times).
+   Required for causal arms (DAG, Barrier); Flat and Arrival are non-causal *references* and are
+   flagged, not failed.
+3. **Release lateness** on the driver's *wall clock*: on the simulator the driver runs in virtual
+   time, where releases are exact by construction, so what can be late is the harness itself —
+   the wall time from the driver processing an op's last release predecessor's completion (or
+   its root's arrival, or its delay timer) to handing the op to the dispatcher
+   (`ReplayRun.release_wall_ns`). Reported as p50 / p99 / max in ms against `LATENESS_GOAL_MS`.
+4. **Replay / native root latency**: when the native trace the replay came from is given, the
+   per-root ratio of replay to native latency and its median (roots matched by id, or by id
+   without the cohort prefix `"<cohort>/"` that multi-cohort trace sets add).
+
+`passed` is True when the work matches, causal arms have no early releases and lateness p99 meets
+the goal; the ratio is informational (a replay under a different rule *should* differ).
+
+Examples:
+    >>> from maserve_prefect.replay.driver import replay_trace
+    >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, RootRecord, Trace
+    >>> t = Trace(manifest=Manifest(trace_id="t"), roots=[RootRecord(root_id="r")],
+    ...           ops=[OpRecord(op_id="r/a", root_id="r", kind=OpKind.TOOL, tool_duration_s=1.0)])
+    >>> rep = audit(replay_trace(t, None, lock="length"))
+    >>> rep.num_ops_checked, rep.token_mismatches, rep.early_releases_ok, rep.num_released
+    (1, [], True, 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from maserve_prefect.metrics.task import RootStatus, root_latencies
+from maserve_prefect.replay.driver import ReplayRun
+from maserve_prefect.trace.model import Trace
+
+LATENESS_GOAL_MS = 1.0
+
+
+@dataclass(slots=True)
+class TokenMismatch:
+    """An op whose realized token counts differ from the replayed trace's."""
+
+    op_id: str
+    field: str
+    expected: int
+    realized: int | None
+
+
+@dataclass(slots=True)
+class ConformanceReport:
+    """The audit of one replay run (see the module docstring).
+
+    Attributes:
+        arm / rule / non_causal: which run this is; non-causal arms are reference arms.
+        num_ops_checked: ops with a recorded input or output count that were compared.
+        token_mismatches: ops whose realized counts differ (empty when the work was kept).
+        num_early_releases: ops released before a required predecessor completed.
+        num_released: ops with a wall-clock release measurement.
+        lateness_p50_ms / lateness_p99_ms / lateness_max_ms: driver reaction cost (None if
+            nothing was released).
+        root_ratio: root id → replay latency / native latency (when a native trace is given).
+        root_ratio_median: median of `root_ratio` (None without a native trace or matches).
+    """
+
+    arm: str
+    rule: str
+    non_causal: bool
+    num_ops_checked: int
+    token_mismatches: list[TokenMismatch]
+    num_early_releases: int
+    num_released: int
+    lateness_p50_ms: float | None
+    lateness_p99_ms: float | None
+    lateness_max_ms: float | None
+    goal_ms: float = LATENESS_GOAL_MS
+    root_ratio: dict[str, float] = field(default_factory=dict)
+    root_ratio_median: float | None = None
+
+    @property
+    def early_releases_ok(self) -> bool:
+        """True when a causal arm released nothing early (non-causal arms are exempt)."""
+        return self.non_causal or self.num_early_releases == 0
+
+    @property
+    def lateness_ok(self) -> bool:
+        """True when lateness p99 meets the goal (or nothing was released)."""
+        return self.lateness_p99_ms is None or self.lateness_p99_ms <= self.goal_ms
+
+    @property
+    def passed(self) -> bool:
+        """Work kept, no early release on a causal arm, lateness p99 within the goal."""
+        return not self.token_mismatches and self.early_releases_ok and self.lateness_ok
+
+    def row(self) -> dict[str, Any]:
+        """A flat row for tables, JSON and Prefect artifacts."""
+        return {
+            "arm": self.arm,
+            "rule": self.rule,
+            "non_causal": self.non_causal,
+            "ops_checked": self.num_ops_checked,
+            "token_mismatches": len(self.token_mismatches),
+            "early_releases": self.num_early_releases,
+            "released": self.num_released,
+            "lateness_p50_ms": self.lateness_p50_ms,
+            "lateness_p99_ms": self.lateness_p99_ms,
+            "lateness_max_ms": self.lateness_max_ms,
+            "goal_ms": self.goal_ms,
+            "replay_native_ratio": self.root_ratio_median,
+            "passed": self.passed,
+        }
+
+
+def token_mismatches(replayed: Trace, source: Trace) -> tuple[int, list[TokenMismatch]]:
+    """(ops compared, mismatches) of realized vs recorded input/output token counts."""
+    realized = replayed.op_index()
+    checked, bad = 0, []
+    for op in source.ops:
+        got = realized.get(op.op_id)
+        compared = False
+        for name in ("num_input_tokens", "num_output_tokens"):
+            want = getattr(op, name)
+            if want is None:
+                continue
+            compared = True
+            have = None if got is None else getattr(got, name)
+            if have != want:
+                bad.append(TokenMismatch(op.op_id, name, want, have))
+        checked += compared
+    return checked, bad
+
+
+def lateness_ms(wall_ns: dict[str, tuple[int, int]]) -> list[float]:
+    """Per released op, submit − trigger on the wall clock, in milliseconds."""
+    return [(sub - trig) / 1e6 for trig, sub in wall_ns.values()]
+
+
+def root_ratios(replayed: Trace, native: Trace) -> dict[str, float]:
+    """Replay / native latency per completed root present in both traces (see module doc)."""
+    native_lat = {
+        r.root_id: r.latency_s
+        for r in root_latencies(native)
+        if r.status is RootStatus.COMPLETED and r.latency_s
+    }
+    out: dict[str, float] = {}
+    for r in root_latencies(replayed):
+        if r.status is not RootStatus.COMPLETED or r.latency_s is None:
+            continue
+        key = r.root_id if r.root_id in native_lat else r.root_id.partition("/")[2]
+        if key in native_lat:
+            out[r.root_id] = r.latency_s / native_lat[key]
+    return out
+
+
+def audit(run: ReplayRun, native_trace: Trace | None = None) -> ConformanceReport:
+    """Audit one replay run; add the replay/native root-latency ratio when `native_trace` is given.
+
+    Examples:
+        >>> from maserve_prefect.replay.driver import replay_trace
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, RootRecord, Trace
+        >>> t = Trace(manifest=Manifest(trace_id="t"), roots=[RootRecord(root_id="r")],
+        ...           ops=[OpRecord(op_id="r/a", root_id="r", kind=OpKind.TOOL,
+        ...                         tool_duration_s=1.0)])
+        >>> audit(replay_trace(t, None, rule="flat", lock="length")).non_causal
+        True
+    """
+    checked, bad = token_mismatches(run.trace, run.source)
+    late = lateness_ms(run.release_wall_ns)
+    p50 = p99 = mx = None
+    if late:
+        arr = np.asarray(late)
+        p50, p99 = (float(v) for v in np.percentile(arr, (50, 99)))
+        mx = float(arr.max())
+    ratios = root_ratios(run.trace, native_trace) if native_trace is not None else {}
+    return ConformanceReport(
+        arm=str(run.notes.get("replay", {}).get("arm", run.trace.manifest.trace_id)),
+        rule=run.rule.value,
+        non_causal=run.non_causal,
+        num_ops_checked=checked,
+        token_mismatches=bad,
+        num_early_releases=run.num_early_releases,
+        num_released=len(late),
+        lateness_p50_ms=p50,
+        lateness_p99_ms=p99,
+        lateness_max_ms=mx,
+        root_ratio=ratios,
+        root_ratio_median=float(np.median(list(ratios.values()))) if ratios else None,
+    )
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def render(reports: list[ConformanceReport], *, title: str = "conformance audit") -> Table:
+    """A rich table, one row per audited run; non-causal arms are marked as references.
+
+    Examples:
+        >>> render([]).row_count
+        0
+    """
+    table = Table(title=f"{title} (lateness on the driver's wall clock, goal p99 <= "
+                  f"{LATENESS_GOAL_MS:g} ms)")  # fmt: skip
+    cols = ("arm", "rule", "ops", "token mismatch", "early", "p50 ms", "p99 ms", "max ms",
+            "replay/native", "verdict")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("arm", "rule", "verdict") else "right")
+    for r in reports:
+        rule = f"{r.rule} (non-causal reference)" if r.non_causal else r.rule
+        verdict = "ok" if r.passed else _why(r)
+        ratio = "-" if r.root_ratio_median is None else f"{r.root_ratio_median:.2f}"
+        table.add_row(
+            r.arm, rule, str(r.num_ops_checked), str(len(r.token_mismatches)),
+            str(r.num_early_releases), _ms(r.lateness_p50_ms), _ms(r.lateness_p99_ms),
+            _ms(r.lateness_max_ms), ratio, verdict,
+        )  # fmt: skip
+    return table
+
+
+def _why(r: ConformanceReport) -> str:
+    reasons = []
+    if r.token_mismatches:
+        first = r.token_mismatches[0]
+        reasons.append(f"work changed ({first.op_id} {first.field})")
+    if not r.early_releases_ok:
+        reasons.append("early releases")
+    if not r.lateness_ok:
+        reasons.append("late releases")
+    return "FAIL: " + ", ".join(reasons)

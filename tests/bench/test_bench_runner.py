@@ -1,0 +1,64 @@
+"""Running a suite: every arm of every scenario, audits, findings, progress, the Prefect flow run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from bench_factories import write_suite
+
+from maserve_prefect.bench.runner import run_suite
+from maserve_prefect.errors import ConfigError
+
+
+def test_run_suite_without_prefect_runs_every_arm_and_audits_it(tmp_path: Path) -> None:
+    seen: list[tuple[int, int, str]] = []
+    res = run_suite(
+        write_suite(tmp_path, analysis="bench_factories.count_rows"),
+        "full",
+        prefect=False,
+        progress=lambda done, total, label: seen.append((done, total, label)),
+    )
+    # full scale: 2 blocks x 2 arms; odd blocks run the arms in reverse order
+    assert seen == [(1, 4, "toy/dag/b0"), (2, 4, "toy/flat/b0"), (3, 4, "toy/flat/b1"),
+                    (4, 4, "toy/dag/b1")]  # fmt: skip
+    assert [(r["arm"], r["block"]) for r in res.arm_rows()] == [
+        ("dag", 0), ("dag", 1), ("flat", 0), ("flat", 1)
+    ]  # fmt: skip
+    conf = res.conformance_rows()
+    assert len(conf) == 4 and all(r["token_mismatches"] == 0 for r in conf)
+    assert {r["rule"]: r["non_causal"] for r in conf} == {"dag": False, "flat": True}
+    assert all(r["early_releases"] == 0 for r in conf if r["rule"] == "dag")
+    assert res.findings == [{"num_scenarios": 1}]
+    assert set(res.tables()) == {"arms", "conformance", "findings"}
+    assert res.to_json()["scale"] == "full" and res.flow_run_id is None
+
+
+def test_a_bad_scale_fails_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown scale 'big'"):
+        run_suite(write_suite(tmp_path), "big", prefect=False)
+
+
+def test_run_suite_is_one_flow_run_with_artifacts(tmp_path: Path, prefect_api: None) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    res = run_suite(write_suite(tmp_path, name="flowsuite"), "demo")
+    assert res.flow_run_id is not None and res.passed
+    assert len(res.arm_rows()) == 2
+
+    async def read() -> tuple[str, str, set[str]]:
+        async with get_client() as client:
+            run = await client.read_flow_run(res.flow_run_id)  # type: ignore[arg-type]
+            flow = await client.read_flow(run.flow_id)
+            arts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(like_="maserve-suite-flowsuite")
+                )
+            )
+            return flow.name, run.state_type.value, {a.key for a in arts if a.key}
+
+    name, state, keys = asyncio.run(read())
+    assert (name, state) == ("maserve-suite", "COMPLETED")
+    assert {"maserve-suite-flowsuite-arms", "maserve-suite-flowsuite-conformance"} <= keys

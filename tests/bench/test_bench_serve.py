@@ -1,0 +1,71 @@
+"""`maserve bench serve` offline: a suite on a 5 s interval gets a scheduled run that completes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bench_factories import write_suite
+
+SERVE = "from maserve_prefect.cli import main; main()"
+MAX_WAIT_S = 150.0
+
+
+async def _states(deployment: str) -> list[tuple[str, str]]:
+    """(state type, auto-scheduled?) of every flow run of `deployment`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment]))
+        )
+        return [(r.state_type.value if r.state_type else "", str(r.auto_scheduled)) for r in runs]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_served_suite_runs_on_its_schedule(tmp_path: Path, prefect_api: None) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    write_suite(suites, name="served-toy", schedule={"interval_s": 5})
+    env = os.environ | {
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+    }
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE, "bench", "serve", "--suites", str(suites),
+         "--schedule-every-s", "2", "--limit", "1"],
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + MAX_WAIT_S
+        states: list[tuple[str, str]] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            states = asyncio.run(_states("served-toy"))
+            if ("COMPLETED", "True") in states:
+                break
+            time.sleep(2.0)
+        assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+        assert ("COMPLETED", "True") in states, (
+            states,
+            (tmp_path / "serve.log").read_text()[-3000:],
+        )
+        assert not any(s == "FAILED" for s, _ in states)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
