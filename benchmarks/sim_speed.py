@@ -76,11 +76,16 @@ def copies(trace: Trace, n: int) -> Trace:
 
 
 def run(
-    trace: Trace, replicas: int, fast_forward: bool = True
+    trace: Trace, replicas: int, fast_forward: bool = True, pools: list[SimPool] | None = None
 ) -> tuple[ReplayResult, float, float]:
-    """Load `replicas` H100 replicas, replay; wall and CPU seconds of the replay alone."""
+    """Load `replicas` H100 replicas, replay; wall and CPU seconds of the replay alone.
+
+    The pool is appended to `pools` when given (for inspecting the replicas afterwards).
+    """
     kernel = Kernel()
     pool = SimPool(kernel, [f"H100:{i}" for i in range(replicas)])
+    if pools is not None:
+        pools.append(pool)
     dep = Deployment("q", "Qwen3-8B", scheduler=(("fast_forward", fast_forward),))
     for d in pool.devices():
         pool.load(dep, d)

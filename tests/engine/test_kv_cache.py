@@ -246,3 +246,21 @@ def test_a_chunked_prefill_duplicating_cached_blocks_leaves_them_uncached() -> N
     assert _canonical(kv) == _canonical(ref)
     assert kv.cached[a.block_hash(10)] == kv.blocks_of(c)[10] != kv.blocks_of(a)[10]
     kv.check_invariants()
+
+
+def test_a_kept_admission_lookup_goes_stale_when_another_request_caches_the_prefix() -> None:
+    # a's admission lookup (all misses) is kept for its later chunks; c caching the same blocks
+    # in between must make a's continuation look again and leave its duplicates uncached
+    def one(rid: str, tokens: list[int]) -> SimRequest:
+        return sreq(Request(rid, "", prompt_token_ids=tuple(tokens)), bs=1)
+
+    kv, ref = KVCacheManager(num_blocks=64, block_size=1), ReferenceKV(64, 1)
+    a, c = one("a", [0] * 20 + [1]), one("c", [0] * 20 + [2])
+    for m in (kv, ref):
+        m.ensure_slots(a, 6, m.get_computed_blocks(a)[0])  # a's first chunk: blocks 0..5
+        hits, _ = m.get_computed_blocks(c)
+        m.ensure_slots(c, 21, hits)  # c hits 0..5 and computes 6..20
+        m.ensure_slots(a, 15)  # a's next chunk duplicates c's blocks 6..14
+    assert _canonical(kv) == _canonical(ref)
+    assert kv.cached[a.block_hash(10)] == kv.blocks_of(c)[10] != kv.blocks_of(a)[10]
+    kv.check_invariants()

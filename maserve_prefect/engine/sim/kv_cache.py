@@ -75,6 +75,10 @@ class KVCacheManager:
         self.num_queried_tokens = 0
         self.num_hit_tokens = 0
         self._lookup: tuple[SimRequest, np.ndarray] | None = None
+        # request seq -> (epoch, its admission lookup), valid while `_epoch` is unchanged: the
+        # count of hashing calls that cached shareable (cross-request) hashes
+        self._lookups: dict[int, tuple[int, np.ndarray]] = {}
+        self._epoch = 0
         self.max_queue_entries = 2 * num_blocks + 64  # then `_compact_queue`
         self._reset_queue()
 
@@ -192,7 +196,12 @@ class KVCacheManager:
             self._num_free -= num_evictable
             self.ref_cnt[hits] += 1
             blocks.extend(computed_blocks)
-        new_blocks = self._pop_free(num_new) if num_new else []
+        new_arr = None
+        if num_new > _SMALL:
+            new_arr = self._pop_free_array(num_new)
+            new_blocks = new_arr.tolist()
+        else:
+            new_blocks = self._pop_free(num_new) if num_new else []
         blocks.extend(new_blocks)
         if self.enable_prefix_caching:
             if computed_blocks and len(blocks) == len(new_blocks) + len(computed_blocks):
@@ -202,7 +211,7 @@ class KVCacheManager:
                 lookup[0] is not req or len(blocks) > len(new_blocks) + len(computed_blocks)
             ):
                 lookup = None  # not this request's admission
-            self._cache_full_blocks(req, blocks, num_total_tokens, lookup)
+            self._cache_full_blocks(req, blocks, num_total_tokens, lookup, new_arr)
         return new_blocks
 
     def append_blocks(self, owners: Sequence[SimRequest]) -> None:
@@ -226,24 +235,30 @@ class KVCacheManager:
 
     def _pop_free(self, n: int) -> list[int]:
         """Take the `n` least recently freed blocks, evicting their hashes (they get new tokens)."""
+        if n > _SMALL:
+            return self._pop_free_array(n).tolist()
         self._num_free -= n
         segs, where = self._segs, self._where
-        if n <= _SMALL:
-            taken: list[int] = []
-            while len(taken) < n:
-                seg = segs[0]
-                arr, off, sid = seg
-                if off >= len(arr):
-                    self._num_entries -= len(segs.popleft()[0])
-                    continue
-                b = int(arr[off])
-                seg[1] = off + 1
-                if where[b] == sid:
-                    taken.append(b)
-                    where[b] = -1
-                    self.ref_cnt[b] = 1
-                    self._idx.hashed[b] = False
-            return taken
+        taken: list[int] = []
+        while len(taken) < n:
+            seg = segs[0]
+            arr, off, sid = seg
+            if off >= len(arr):
+                self._num_entries -= len(segs.popleft()[0])
+                continue
+            b = int(arr[off])
+            seg[1] = off + 1
+            if where[b] == sid:
+                taken.append(b)
+                where[b] = -1
+                self.ref_cnt[b] = 1
+                self._idx.hashed[b] = False
+        return taken
+
+    def _pop_free_array(self, n: int) -> np.ndarray:
+        """`_pop_free` for n > `_SMALL`, as an int64 array."""
+        self._num_free -= n
+        segs, where = self._segs, self._where
         parts = []
         need = n
         while need:
@@ -257,11 +272,11 @@ class KVCacheManager:
             live = window[where[window] == sid]
             parts.append(live)
             need -= len(live)
-        got = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        got: np.ndarray = parts[0] if len(parts) == 1 else np.concatenate(parts)
         where[got] = -1
         self.ref_cnt[got] = 1
         self._idx.evict(got)  # its hash is no longer cached
-        return got.tolist()
+        return got
 
     def _cache_full_blocks(
         self,
@@ -269,12 +284,22 @@ class KVCacheManager:
         blocks: list[int],
         num_tokens: int,
         lookup: tuple[SimRequest, np.ndarray] | None = None,
+        new_arr: np.ndarray | None = None,
     ) -> None:
         """Hash the blocks `num_tokens` tokens fill; a duplicate of a cached block stays unhashed.
 
-        `lookup` is the admission's prefix lookup of `req`: which block cached each hash then.
-        Since then blocks were only touched or taken (taking unhashes them), so a hash is still
-        cached exactly where that block is still hashed, and the index need not be asked again.
+        `new_arr` is the array of the blocks just appended to the end of `blocks` (saves
+        rebuilding it from the list).
+
+        Which of the new hashes are cached elsewhere already (duplicates) is asked of the index
+        only where the answer can be yes and is not known:
+        - a block past the shareable prefix has a hash unique to `req` (`request.py`): cached
+          nowhere unless `req` cached it before a preemption, so it is not looked up then;
+        - `lookup` (the admission's prefix lookup of `req`, or the one kept in `_lookups` while
+          no other request has cached a shareable hash since, `_epoch`) says which block cached
+          each hash then. Since then blocks were only touched, taken (taking unhashes them) or
+          given `req`'s own other hashes, so a hash is still cached exactly where that block
+          still holds it.
         """
         start = self.num_cached_blocks.get(req.seq, 0)
         num_full = min(num_tokens // self.block_size, len(blocks))
@@ -282,28 +307,57 @@ class KVCacheManager:
             return
         self.num_cached_blocks[req.seq] = num_full
         sh = req.block_hash_array(num_full)[start:num_full]
-        seg_b = blocks[start:num_full]
         idx = self._idx
-        if len(seg_b) <= _SMALL:
-            for b, h in zip(seg_b, sh.tolist(), strict=True):
+        n_shared = req.num_shareable_blocks
+        # hashes [start, check_end) may be cached elsewhere; later ones are unique to `req`
+        check_end = num_full if req.num_preemptions else max(min(num_full, n_shared), start)
+        kept = self._lookups.get(req.seq)
+        if kept is not None and kept[0] != self._epoch:
+            kept = None
+        if start < n_shared:  # shareable hashes get cached: other requests' lookups go stale
+            self._epoch += 1
+        if num_full - start <= _SMALL:
+            for b, h in zip(blocks[start:num_full], sh.tolist(), strict=True):
                 # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
                 if not idx.hashed[b] and idx.find_one(h) < 0:
                     idx.add_one(b, h)
-            return
-        sb = np.array(seg_b, dtype=np.int64)
-        if lookup is not None and len(lookup[1]) >= num_full:
-            was = lookup[1][start:num_full]
-            cached = (was >= 0) & idx.hashed[was]
         else:
-            cached = idx.find(sh) >= 0
-        ok = ~cached & ~idx.hashed[sb]
-        if not ok.all():
-            sb, sh = sb[ok], sh[ok]
-        idx.add(sb, sh)
+            tail = len(blocks) - (0 if new_arr is None else len(new_arr))
+            if new_arr is not None and start >= tail:
+                sb = new_arr[start - tail : num_full - tail]
+            elif new_arr is not None and start == tail - 1:  # the partly filled block first
+                sb = np.concatenate(
+                    (np.array(blocks[start : start + 1]), new_arr[: num_full - tail])
+                )
+            else:
+                sb = np.array(blocks[start:num_full], dtype=np.int64)
+            ok = ~idx.hashed[sb]
+            n_check = check_end - start
+            if n_check:
+                if lookup is not None and len(lookup[1]) >= check_end:
+                    was = lookup[1][start:check_end]
+                elif kept is not None and len(kept[1]) >= check_end:
+                    was = kept[1][start:check_end]
+                else:
+                    was = None
+                sc = sh[:n_check]
+                if was is not None:  # -1 indexes the never-hashed sentinel block
+                    cached = idx.hashed[was] & (idx.hash_val[was] == sc)
+                else:
+                    cached = idx.find(sc) >= 0
+                ok[:n_check] &= ~cached
+            if not ok.all():
+                sb, sh = sb[ok], sh[ok]
+            idx.add(sb, sh)
+        if lookup is not None:
+            self._lookups[req.seq] = (self._epoch, lookup[1])
+        elif kept is not None:
+            self._lookups[req.seq] = (self._epoch, kept[1])
 
     def free(self, req: SimRequest) -> None:
         """Release `req`'s blocks, tail first onto the free queue; hashed blocks stay cached."""
         self._lookup = None
+        self._lookups.pop(req.seq, None)
         blocks = self.req_blocks.pop(req.seq, None)
         self.num_cached_blocks.pop(req.seq, None)
         if not blocks:

@@ -93,16 +93,17 @@ class HashIndex:
 
     def add(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
         """Cache `hashes[i]` in `blocks[i]`: the blocks hold no hash, the hashes no block."""
-        slots = (hashes & self._mask).astype(np.intp)
-        occ = self._table[slots]
-        # a slot is taken while its block is hashed with a hash of that slot
-        taken = self.hashed[occ] & ((self.hash_val[occ] & self._mask) == slots)
+        masked = hashes & self._mask
+        slots = masked.astype(np.intp)
+        table = self._table
+        occ = table[slots]
+        # a slot is taken while its block is hashed with a hash of that slot: it keeps it
+        taken = self.hashed[occ] & ((self.hash_val[occ] & self._mask) == masked)
         self.hashed[blocks] = True
         self.hash_val[blocks] = hashes
-        direct = ~taken
-        self._table[slots[direct]] = blocks[direct]
-        # two new hashes may share a slot: the one the table did not keep overflows too
-        lost = taken | (self._table[slots] != blocks)
+        table[slots] = np.where(taken, occ, blocks)
+        # a taken slot, or two new hashes sharing a slot: the one the table lacks overflows
+        lost = table[slots] != blocks
         if lost.any():
             self._spill(blocks[lost], hashes[lost], slots[lost])
 

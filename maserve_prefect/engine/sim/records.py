@@ -90,8 +90,14 @@ class Timeline:
     def sample(self, t_s: float, sample: tuple[float, ...]) -> None:
         """Append one sample; `sample` is ordered as `SERIES`."""
         self.t_s.append(t_s)
-        for name, v in zip(SERIES, sample, strict=True):
-            self.values[name].append(v)
+        kv, running, waiting, preemptions, queries, hits = sample
+        v = self.values
+        v[SERIES[0]].append(kv)
+        v[SERIES[1]].append(running)
+        v[SERIES[2]].append(waiting)
+        v[SERIES[3]].append(preemptions)
+        v[SERIES[4]].append(queries)
+        v[SERIES[5]].append(hits)
 
     def __len__(self) -> int:
         return len(self.t_s)

@@ -106,6 +106,12 @@ class SimRequest:
         return self.num_prompt_tokens + self.num_output_tokens
 
     @property
+    def num_shareable_blocks(self) -> int:
+        """Blocks wholly inside the shareable prompt prefix: any later block's hash is unique to
+        this request (it can be cached only by this request, i.e. after a preemption)."""
+        return self._shareable_tokens // self.block_size
+
+    @property
     def max_tokens(self) -> int:
         return self.request.max_tokens
 
@@ -186,11 +192,20 @@ def _mix_int(key: int, j: int) -> int:
     return z ^ (z >> 31)
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
 def _mix(key: np.ndarray | np.uint64, j: np.ndarray) -> np.ndarray:
-    """splitmix64 of `key ^ (j * golden)`, elementwise on uint64 (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = key ^ (j * np.uint64(0x9E3779B97F4A7C15))
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+    """splitmix64 of `key ^ (j * golden)`, elementwise on uint64 (wrapping arithmetic).
+
+    `j` is an array, so every operation is an array one: numpy wraps uint64 array arithmetic
+    silently (only scalar arithmetic warns), and no `errstate` context is needed.
+    """
+    z = key ^ (j * _GOLDEN)
+    z += _GOLDEN
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
