@@ -160,6 +160,7 @@ class DeploymentOverride(_Model):
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    kv_cache_gib: float | None = Field(default=None, gt=0)
 
 
 class Arm(_Model):

@@ -38,6 +38,7 @@ class DeploymentEntry(BaseModel):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    kv_cache_gib: float | None = Field(default=None, gt=0)
     enforce_eager: bool = False
 
     def to_deployment(self) -> Deployment:
@@ -51,6 +52,7 @@ class DeploymentEntry(BaseModel):
             model=self.model,
             version=self.version,
             gpu_memory_utilization=self.gpu_memory_utilization,
+            kv_cache_bytes=None if self.kv_cache_gib is None else int(self.kv_cache_gib * 2**30),
             scheduler=tuple(sched),
             enforce_eager=self.enforce_eager,
         )
