@@ -10,7 +10,12 @@ from maserve_prefect.engine.catalog import get_efficiency, get_gpu, get_model
 from maserve_prefect.engine.catalog.efficiency import DeviceEfficiency
 from maserve_prefect.engine.catalog.gpus import GpuSpec
 from maserve_prefect.engine.sim.cost import ScheduledChunk
-from maserve_prefect.engine.sim.roofline import mixed_attention_time, prefill_attention_time
+from maserve_prefect.engine.sim.roofline import (
+    mixed_attention_time,
+    mixed_attention_time_scalar,
+    prefill_attention_time,
+    prefill_attention_time_scalar,
+)
 from maserve_prefect.engine.sim.step_time import RooflineStepModel, make_step_model
 from maserve_prefect.errors import ConfigError
 
@@ -142,3 +147,26 @@ def test_rtx_pro_6000_mixed_decodes_step_like_the_profiles() -> None:
 
     assert attn(4) == pytest.approx(attn(1), rel=0.05)
     assert 1.7 < attn(8) / attn(1) < 2.3
+
+
+@given(
+    st.integers(0, 400),
+    st.integers(0, 3000),
+    st.floats(0.0, 1e-2),
+    st.integers(0, 100_000),
+    st.integers(1, 20_000),
+    st.integers(0, 5000),
+)
+def test_scalar_roofline_twins_are_bit_identical(
+    num_decode: int, ctx_per: int, prefill_s: float, empty: int, new: int, prior: int
+) -> None:
+    for gpu_name in ("H100", "RTX PRO 6000"):
+        sm = make_step_model("Qwen3-8B", gpu_name)
+        args = (sm.model, 1, sm.gpu, sm.eff)
+        n, ctx = float(num_decode), float(num_decode * ctx_per)
+        assert mixed_attention_time_scalar(n, ctx, prefill_s, float(empty), *args) == float(
+            mixed_attention_time(n, ctx, prefill_s, float(empty), *args)
+        )
+        assert prefill_attention_time_scalar(float(new), float(prior), *args) == float(
+            prefill_attention_time(float(new), float(prior), *args)
+        )

@@ -148,6 +148,10 @@ class KVCacheManager:
         num_hits = int(misses[0]) if len(misses) else max_blocks
         return found[:num_hits].tolist(), num_hits * self.block_size
 
+    def any_cached(self, hashes: np.ndarray) -> bool:
+        """Whether some block caches one of `hashes` (uint64 array)."""
+        return bool((self._idx.find(hashes) >= 0).any())
+
     def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
         """Count an admitted request's prefix lookup (queries and hits, in tokens)."""
         self.num_queried_tokens += num_tokens
@@ -172,9 +176,17 @@ class KVCacheManager:
         return self.ensure_slots(req, total, computed_blocks)
 
     def ensure_slots(
-        self, req: SimRequest, num_total_tokens: int, computed_blocks: Sequence[int] = ()
+        self,
+        req: SimRequest,
+        num_total_tokens: int,
+        computed_blocks: Sequence[int] = (),
+        uncached: bool = False,
     ) -> list[int] | None:
-        """Make `req` hold blocks for `num_total_tokens` tokens and hash the ones they fill."""
+        """Make `req` hold blocks for `num_total_tokens` tokens and hash the ones they fill.
+
+        `uncached`: the caller checked that none of the hashes this call caches is cached
+        anywhere (`any_cached`), so the duplicate check is skipped.
+        """
         lookup, self._lookup = self._lookup, None
         blocks = self.req_blocks.get(req.seq)
         if blocks is None:
@@ -211,7 +223,7 @@ class KVCacheManager:
                 lookup[0] is not req or len(blocks) > len(new_blocks) + len(computed_blocks)
             ):
                 lookup = None  # not this request's admission
-            self._cache_full_blocks(req, blocks, num_total_tokens, lookup, new_arr)
+            self._cache_full_blocks(req, blocks, num_total_tokens, lookup, new_arr, uncached)
         return new_blocks
 
     def append_blocks(self, owners: Sequence[SimRequest]) -> None:
@@ -285,6 +297,7 @@ class KVCacheManager:
         num_tokens: int,
         lookup: tuple[SimRequest, np.ndarray] | None = None,
         new_arr: np.ndarray | None = None,
+        uncached: bool = False,
     ) -> None:
         """Hash the blocks `num_tokens` tokens fill; a duplicate of a cached block stays unhashed.
 
@@ -332,7 +345,7 @@ class KVCacheManager:
             else:
                 sb = np.array(blocks[start:num_full], dtype=np.int64)
             ok = ~idx.hashed[sb]
-            n_check = check_end - start
+            n_check = 0 if uncached else check_end - start
             if n_check:
                 if lookup is not None and len(lookup[1]) >= check_end:
                     was = lookup[1][start:check_end]

@@ -1,14 +1,14 @@
 """What a simulated replica did, step by step: `StepRecord`s and a `Timeline` of engine series.
 
-A `StepRecord` covers one engine step, or — when decode steps were fast-forwarded — a run of
-`num_steps` identical-shape decode steps (then `scheduled` gives each request's tokens over the
-whole run and `num_scheduled_tokens` is the per-step M). Requests are joined to the ops that issued
+A `StepRecord` covers one engine step, or — when steps were fast-forwarded — a run of
+`num_steps` identical-shape decode steps or full-budget chunks of one prefill (then `scheduled`
+gives each request's tokens over the whole run and `num_scheduled_tokens` is the per-step M). Requests are joined to the ops that issued
 them through the request ids (and the request's `tags`).
 
 The `Timeline` samples vLLM's Prometheus series at each record's end, stored column-wise (one list
 per series, not one object per sample). Between samples a series holds its value, so
 time-weighted statistics stay exact for the step-level series even across fast-forwarded runs
-(KV usage inside a run is sampled at its end only).
+(KV usage inside a decode run is sampled at its end only; a prefill run samples every step).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ exact per-step order (nothing else touches this replica's KV cache meanwhile), s
 (and eviction order) matches stepping; `state()` mid-run reports the KV usage stepping would
 show. One aggregated `StepRecord` with `num_steps=k` stands for the run. Needs a clock with
 `peek()` (the kernel); under a `WallClock` every step is taken one by one. The conditions and the
-exact replay live in `fast_forward.py`.
+exact replay live in `fast_forward.py`. Consecutive full-budget chunks of one prefill are merged
+the same way (exact per-step costs, one timeline sample per step; `prefill_run.py`).
 
 Event log (optional list): `(t_s, event, request_id, detail)` with events `arrive`, `schedule`
 (detail = prefix-hit tokens), `preempt` (detail = preemptions so far), `first_token` and `finish`
@@ -75,6 +76,7 @@ from maserve_prefect.engine.sim.fast_forward import (
     steps_before,
 )
 from maserve_prefect.engine.sim.kv_cache import KVCacheManager, cdiv
+from maserve_prefect.engine.sim.prefill_run import PrefillRun, plan_prefill_run
 from maserve_prefect.engine.sim.records import (
     SERIES,
     ScheduledTokens,
@@ -170,7 +172,8 @@ class SimReplica:
         # fast-forward needs a virtual clock (one with `peek`) whose handles can be cancelled
         self._ff = self.config.fast_forward and getattr(clock, "peek", None) is not None
         self._affine: dict[int, DecodeAffine] = {}
-        self._run: _Run | None = None  # the fast-forwarded run in flight
+        self._ff_prefill = self._ff and self.config.fast_forward_prefill
+        self._run: _Run | PrefillRun | None = None  # the fast-forwarded run in flight
 
     # -- Replica protocol ------------------------------------------------------------------
 
@@ -221,8 +224,12 @@ class SimReplica:
         lifecycle = "paused" if self._paused else ("running" if self._accepting else "draining")
         lifecycle = self.lifecycle_label or lifecycle
         num_free, num_steps = self.kv.num_free_blocks, self.num_steps
-        if self._run is not None:  # what stepping would show now, inside the run
-            run = self._run
+        run = self._run
+        if isinstance(run, PrefillRun):  # what stepping would show now, inside the run
+            j = run.steps_before(self.clock.now())
+            num_free -= run.blocks_after(j)
+            num_steps += j - 1
+        elif run is not None:
             j = steps_before(
                 self.clock.now(), run.start_s, run.aff, run.ctx0, run.aff.num_seqs, run.k
             )
@@ -382,7 +389,17 @@ class SimReplica:
         self._plan_run(out, now)
 
     def _plan_run(self, out: SchedulerOutput, now: float) -> None:
-        """Schedule the end of one step, or of a fast-forwarded run of `k` decode steps."""
+        """Schedule the end of one step, or of a fast-forwarded run of `k` decode or chunked
+        prefill steps."""
+        if self._ff_prefill:
+            prun = plan_prefill_run(self.scheduler, out, now, self.cost_model)
+            if prun is not None:
+                prun.base_values = self._sample_values()[1:]  # constant inside the run
+                prun.handle = self.clock.call_at(
+                    prun.ends[-1], lambda: self._end_prefill_run(prun), NORMAL, self.name
+                )
+                self._run = prun
+                return
         if self._ff:
             n = len(out.scheduled)
             aff = self._affine.get(n)
@@ -410,6 +427,16 @@ class SimReplica:
         run = self._run
         if run is None:
             return
+        if isinstance(run, PrefillRun):
+            j = run.steps_before(self.clock.now())
+            if j < run.k:
+                run.k = j
+                assert run.handle is not None
+                run.handle.cancel()
+                run.handle = self.clock.call_at(
+                    run.ends[j - 1], lambda: self._end_prefill_run(run), NORMAL, self.name
+                )
+            return
         aff = run.aff
         n = aff.num_seqs
         j = steps_before(self.clock.now(), run.start_s, aff, run.ctx0, n, run.k)
@@ -425,18 +452,39 @@ class SimReplica:
         self._run = None
         allocate_run(self.scheduler, run.k)
         cost = run_cost(run.aff, run.ctx0, run.k)
-        self._end_step(run.out, run.start_s, self.clock.now(), run.k, cost)
+        self._end_step(run.out, run.start_s, self.clock.now(), run.k, cost, StepKind.DECODE)
+
+    def _end_prefill_run(self, run: PrefillRun) -> None:
+        self._run = None
+        k = run.k
+        run.allocate(self.scheduler)
+        run.req.num_computed_tokens += (k - 1) * run.chunk  # `_end_step` adds the last chunk
+        if k > 1:  # steps 0..k-2 end with only KV usage moved (see `prefill_run.py`)
+            base = run.base_values
+            nb = self.kv.num_blocks
+            sample = self.timeline.sample
+            for i in range(k - 1):
+                sample(run.ends[i], (run.usage_after(i + 1, nb), *base))
+        self._end_step(
+            run.out, run.starts[0], run.ends[k - 1], k, run.total_cost(), StepKind.PREFILL
+        )
 
     def _end_step(
-        self, out: SchedulerOutput, start_s: float, end_s: float, num_steps: int, cost: StepCost
+        self,
+        out: SchedulerOutput,
+        start_s: float,
+        end_s: float,
+        num_steps: int,
+        cost: StepCost,
+        run_kind: StepKind | None = None,
     ) -> None:
+        """End one step, or a run (`run_kind`: DECODE or PREFILL) whose steps before the last
+        were applied already, except decode runs' (`advance_decode`)."""
         by_seq = self.scheduler.by_seq
-        if num_steps > 1:
-            kind = StepKind.DECODE
-        else:
+        if run_kind is None:
             num_tokens_of = {it.request_id: by_seq[it.seq].num_tokens for it in out.scheduled}
         upd = self.scheduler.update_from_output(out)
-        if num_steps > 1:
+        if run_kind is StepKind.DECODE and num_steps > 1:
             finished_first = self.scheduler.advance_decode(num_steps - 1)
             upd = StepUpdate(upd.first_token + finished_first.first_token, finished_first.finished)
         self._busy = False
@@ -445,8 +493,7 @@ class SimReplica:
             ScheduledTokens(it.request_id, it.num_computed_before, it.num_new_tokens * num_steps)
             for it in out.scheduled
         )
-        if num_steps == 1:
-            kind = step_kind(scheduled, num_tokens_of)
+        kind = step_kind(scheduled, num_tokens_of) if run_kind is None else run_kind
         self.records.append(
             StepRecord(
                 self.name,

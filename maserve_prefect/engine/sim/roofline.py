@@ -22,6 +22,7 @@ hd = head_dim, all per tensor-parallel rank):
 
 from __future__ import annotations
 
+import math
 from typing import TypeVar
 
 import numpy as np
@@ -108,6 +109,18 @@ def prefill_attention_time(
     return eff.attn_prefill_req_s + np.sqrt(t_comp * t_comp + t_mem * t_mem)
 
 
+def prefill_attention_time_scalar(
+    new: float, prior: float, model: ModelSpec, tp: int, gpu: GpuSpec, eff: DeviceEfficiency
+) -> float:
+    """`prefill_attention_time` on plain floats (same operations, same order; bit-identical)."""
+    heads = model.num_attention_heads / tp
+    flops = 4.0 * heads * model.head_dim * (new * prior + new * (new + 1) / 2.0)
+    kv_bytes = (prior + new) * model.kv_bytes_per_token_per_layer(tp)
+    t_comp = flops / (gpu.peak_flops * eff.attn_prefill_comp)
+    t_mem = kv_bytes / (gpu.mem_bw_bytes_s * eff.attn_prefill_mem)
+    return eff.attn_prefill_req_s + math.sqrt(t_comp * t_comp + t_mem * t_mem)
+
+
 # FlashAttention-2's query tile (kBlockM) for head_dim <= 128 on sm80+: one CTA computes 128 query
 # rows, so a 1-token decode query is padded to a full tile.
 ATTN_TILE_M = 128
@@ -181,6 +194,45 @@ def mixed_attention_time(
         / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
     )
     return np.maximum(t_sched, t_dram)
+
+
+def mixed_attention_time_scalar(
+    num_decode: float,
+    decode_ctx: float,
+    prefill_s: float,
+    empty_ctas: float,
+    model: ModelSpec,
+    tp: int,
+    gpu: GpuSpec,
+    eff: DeviceEfficiency,
+) -> float:
+    """`mixed_attention_time` on plain floats (one simulated step): the same operations in the
+    same order, without numpy's per-call cost; results are bit-identical (tested)."""
+    heads = model.num_attention_heads / tp
+    kv_heads = max(model.num_kv_heads / tp, 1.0)
+    group = heads / kv_heads
+    sms = float(gpu.num_sms)
+    kv_head_tok = 2.0 * model.head_dim * model.dtype_bytes
+    mean_ctx = decode_ctx / max(num_decode, 1.0) if num_decode > 0 else 0.0
+    tile_tok_s = 4.0 * ATTN_TILE_M * model.head_dim * sms / (gpu.peak_flops * eff.attn_tile_comp)
+    waves = float(math.ceil(num_decode * heads / sms))
+    t_sched = (
+        waves * (eff.attn_cta_s + mean_ctx * tile_tok_s)
+        + prefill_s
+        + empty_ctas * eff.attn_empty_cta_s / sms
+    )
+    unique = kv_heads * decode_ctx * kv_head_tok
+    one_pass = max(decode_ctx * kv_head_tok, 1.0)
+    reach = unique / eff.attn_kv_reach_bytes
+    same_wave = min(max(1.0 - (num_decode + 1.0) / sms, 0.0), 1.0) / (1.0 + reach**4)
+    in_l2 = min(1.0, gpu.l2_bytes / one_pass) ** 2
+    hit = min(eff.attn_l2_reuse, 1.0) * max(same_wave, in_l2)
+    t_dram = (
+        unique
+        * (1.0 + (group - 1.0) * (1.0 - hit))
+        / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
+    )
+    return max(t_sched, t_dram)
 
 
 def sampler_time(num_seqs: Num, model: ModelSpec, gpu: GpuSpec, eff: DeviceEfficiency) -> Num:

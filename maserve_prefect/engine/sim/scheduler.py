@@ -65,6 +65,7 @@ class SchedulerConfig:
     enable_prefix_caching: bool = True
     policy: Policy = Policy.FCFS
     fast_forward: bool = True
+    fast_forward_prefill: bool = True  # also merge full-budget chunk steps (needs fast_forward)
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len"):

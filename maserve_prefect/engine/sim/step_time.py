@@ -30,15 +30,15 @@ from maserve_prefect.engine.catalog.gpus import GpuSpec
 from maserve_prefect.engine.catalog.models import ModelSpec, get_model
 from maserve_prefect.engine.sim.cost import DecodeAffine, ScheduledChunk, StepCost
 from maserve_prefect.engine.sim.roofline import (
+    ATTN_TILE_M,
     VLLM_LAYER_ELEMENTWISE,
     allreduce_time,
-    attention_m_blocks,
     decode_attention_per_token_s,
     elementwise_bytes_per_token,
     elementwise_time,
     linear_time,
-    mixed_attention_time,
-    prefill_attention_time,
+    mixed_attention_time_scalar,
+    prefill_attention_time_scalar,
     sampler_time,
 )
 from maserve_prefect.errors import ConfigError
@@ -160,7 +160,7 @@ class RooflineStepModel:
                 num_decode += 1
                 decode_ctx += chunk.num_context_tokens
             else:
-                prefill_s += prefill_attention_time(
+                prefill_s += prefill_attention_time_scalar(
                     float(new),
                     float(chunk.num_context_tokens),
                     self.model,
@@ -189,12 +189,13 @@ class RooflineStepModel:
         prefill_s: float,
     ) -> float:
         """One layer's varlen attention call for a step that holds a prefill chunk."""
-        blocks = float(attention_m_blocks(float(max_new)))
-        own_blocks = sum(float(attention_m_blocks(float(c.num_new_tokens))) for c in chunks)
+        # query tiles `ceil(new / 128)` (`attention_m_blocks`), as exact floats
+        blocks = float(-(-max_new // ATTN_TILE_M))
+        own_blocks = float(sum(-(-c.num_new_tokens // ATTN_TILE_M) for c in chunks))
         heads = self.model.num_attention_heads / self.tp
         empty = heads * (blocks * len(chunks) - own_blocks)
         return float(
-            mixed_attention_time(
+            mixed_attention_time_scalar(
                 float(num_decode),
                 float(decode_ctx),
                 prefill_s,
