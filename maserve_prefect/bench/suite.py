@@ -47,11 +47,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay.scenario import Scenario, parse_scenario
+from maserve_prefect.yamlfiles import read_yaml_mapping
 
 ScaleName = Literal["demo", "full"]
 SCALES: tuple[str, ...] = ("demo", "full")
@@ -135,7 +135,7 @@ class Suite(_Model):
         out: list[Scenario] = []
         for entry in self.entries():
             path = self.path(entry.path)
-            data = _read_yaml(path, "scenario")
+            data = read_yaml_mapping(path, "scenario")
             scaled = apply_scale(data, self.overrides(entry, scale), source=str(path))
             out.append(parse_scenario(scaled, source=str(path), base_dir=path.parent))
         names = [s.name for s in out]
@@ -226,16 +226,6 @@ def _mapping(v: Any, where: str) -> Mapping[str, Any]:
     return v
 
 
-def _read_yaml(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{what} {path}: cannot read it: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} {path}: expected a mapping at the top level")
-    return data
-
-
 def parse_suite(
     data: Mapping[str, Any], *, source: str = "(inline)", base_dir: Path = Path(".")
 ) -> Suite:
@@ -262,7 +252,7 @@ def load_suite(path: str | Path) -> Suite:
         maserve_prefect.errors.ConfigError: suite /nonexistent.yaml: cannot read it: [Errno 2] No such file or directory: '/nonexistent.yaml'
     """
     path = Path(path)
-    return parse_suite(_read_yaml(path, "suite"), source=str(path), base_dir=path.parent)
+    return parse_suite(read_yaml_mapping(path, "suite"), source=str(path), base_dir=path.parent)
 
 
 def find_suites(folder: str | Path) -> list[Path]:

@@ -36,12 +36,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay import arrivals as arr
 from maserve_prefect.trace.release import BarrierEdge, ReleaseRule, StageBarrier
+from maserve_prefect.yamlfiles import read_yaml_mapping
 
 
 class _Model(BaseModel):
@@ -250,12 +250,7 @@ def load_scenario(path: str | Path) -> Scenario:
         maserve_prefect.errors.ConfigError: scenario /nonexistent.yaml: cannot read it: [Errno 2] No such file or directory: '/nonexistent.yaml'
     """
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"scenario {path}: cannot read it: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"scenario {path}: expected a mapping at the top level")
+    data = read_yaml_mapping(path, "scenario")
     return parse_scenario(data, source=str(path), base_dir=path.parent)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from maserve_prefect.engine.protocol import Acceptance
@@ -25,6 +24,7 @@ from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import SimPool
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.yamlfiles import read_yaml_mapping
 
 DEFAULT_POOL = Path(__file__).parent / "pools" / "default.yaml"
 
@@ -114,12 +114,9 @@ class PoolFile(BaseModel):
 def load_pool_file(path: str | Path) -> PoolFile:
     """Parse and check a pool file; errors name the file and the field."""
     path = Path(path)
+    data = read_yaml_mapping(path, "pool file")
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"pool file {path}: cannot read it: {exc}") from exc
-    try:
-        return PoolFile.model_validate({**(data or {}), "source": str(path)}).check()
+        return PoolFile.model_validate({**data, "source": str(path)}).check()
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])

@@ -1,0 +1,40 @@
+"""Pool files: the shipped default loads and places; bad files name the file and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from maserve_prefect.engine.sim.kernel import Kernel
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.runtime.poolfile import build_sim_pool, default_pool_file, load_pool_file
+
+
+def test_default_pool_loads_every_placement_warm() -> None:
+    pool_file = default_pool_file()
+    kernel = Kernel()
+    pool = build_sim_pool(pool_file, kernel)
+    assert len(pool.replicas()) == len(pool_file.placements)
+    assert kernel.now() > 0  # loads took (virtual) time before the pool is handed over
+    assert pool_file.resolve("some-spec-name") == pool_file.default
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- just\n- a list\n", "expected a mapping"),
+        ("devices: [H100:0]\n  bad: [\n", "cannot read it"),
+        (
+            "devices: [H100:0]\ndeployments: [{name: m, model: Qwen3-8B}]\n"
+            "placements: [{deployment: m, device: H100:9}]\n",
+            "unknown device 'H100:9'",
+        ),
+    ],
+)
+def test_bad_pool_file_names_file_and_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_pool_file(path)
+    assert str(path) in str(info.value)
