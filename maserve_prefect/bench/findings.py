@@ -137,19 +137,14 @@ def arm_prefill_factor(runs: Sequence[ArmResult]) -> float:
     """Processed / source prefill tokens over every completed request of `runs` (pooled)."""
     proc = src = 0
     for res in runs:
-        records = [r for p in res.run.pool.pool_replicas() for r in p.engine.records]
+        records = res.run.step_records()
         pf = prefill_factor(records, res.run.trace)
         proc, src = proc + pf.processed_tokens, src + pf.source_tokens
     return proc / src if src else float("nan")
 
 
 def _num_preemptions(runs: Sequence[ArmResult]) -> int:
-    return sum(
-        len(r.preempted)
-        for res in runs
-        for p in res.run.pool.pool_replicas()
-        for r in p.engine.records
-    )
+    return sum(len(r.preempted) for res in runs for r in res.run.step_records())
 
 
 # -- the four suites ---------------------------------------------------------------------------

@@ -161,6 +161,20 @@ class OutcomeStatus(Enum):
     ABORTED = "aborted"
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a request at an engine (real engines retry 5xx, connection errors, timeouts).
+
+    Times are on the engine's clock (seconds); `error` is None for the attempt that succeeded.
+    """
+
+    number: int
+    start_s: float
+    end_s: float
+    error: str | None = None
+    status_code: int | None = None
+
+
 @dataclass(slots=True)
 class Outcome:
     """The final word on an accepted request. Times are on the engine's clock (seconds)."""
@@ -180,6 +194,7 @@ class Outcome:
     error: str | None = None
     output_text: str | None = None
     output_token_ids: tuple[int, ...] | None = None
+    attempts: tuple[Attempt, ...] = ()
 
 
 class Ticket:

@@ -29,16 +29,18 @@ Examples:
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maserve_prefect.clock import URGENT
-from maserve_prefect.engine.protocol import Outcome, OutcomeStatus
+from maserve_prefect.clock import URGENT, Clock, WallClock
+from maserve_prefect.engine.protocol import Outcome, OutcomeStatus, Replica
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import SimPool
 from maserve_prefect.engine.sim.trace_replay import op_submit_time
+from maserve_prefect.engine.target import EngineTarget, parse_engine
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.replay.arrivals import (
     ArrivalProcess,
@@ -66,6 +68,10 @@ from maserve_prefect.trace.release import (
     apply_barrier,
     release_predecessors,
 )
+
+ReplicaFactory = Callable[[WallClock, Sequence[str]], tuple[Sequence[Replica], Callable[[], None]]]
+"""Builds a real engine's replicas on a run's wall clock for the given deployment names; returns
+them and a function that closes them."""
 
 
 @dataclass(slots=True)
@@ -103,11 +109,16 @@ class ReplayRun:
             predecessor's completion (its root's arrival for a first op, its release timer when
             it waits a delay); submit = handed to the dispatcher (model op) or started (other).
             Their difference is the driver's reaction cost (`replay.conformance`).
+        release_lag_s: per released op, (when its last release predecessor completed as the
+            engine observed it, when the op was released), on the run's clock: on a real engine
+            the release lateness includes the hop from the engine's completion to the driver.
+        num_incomplete_ops: ops that never completed (a real-engine replay that timed out).
+        pool: the simulated pool, or None on a real engine.
     """
 
     trace: Trace
     source: Trace
-    pool: SimPool
+    pool: SimPool | None
     rule: ReleaseRule
     non_causal: bool
     start_s: float
@@ -118,10 +129,21 @@ class ReplayRun:
     num_failed_ops: int
     notes: dict[str, Any] = field(default_factory=dict)
     release_wall_ns: dict[str, tuple[int, int]] = field(default_factory=dict)
+    release_lag_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    num_incomplete_ops: int = 0
 
     def step_rows(self) -> list[dict[str, object]]:
-        """The pool's step records, one row per (step, scheduled request); join on request_id."""
-        return self.pool.step_rows()
+        """The pool's step records, one row per (step, scheduled request); join on request_id.
+
+        Real engines expose no per-step records: empty there.
+        """
+        return self.pool.step_rows() if self.pool is not None else []
+
+    def step_records(self) -> list[Any]:
+        """Every replica's per-step records (`engine.sim.records`); empty on a real engine."""
+        if self.pool is None:
+            return []
+        return [r for p in self.pool.pool_replicas() for r in p.engine.records]
 
 
 class _Driver:
@@ -132,15 +154,16 @@ class _Driver:
         trace: Trace,
         store: BlobStore | None,
         rule: ReleaseRule,
-        pool: SimPool,
+        clock: Clock,
+        replicas: Callable[[], Sequence[Replica]],
         pool_file: PoolFile,
         plan: str,
         lock: InputLock,
     ) -> None:
         self.trace, self.store, self.rule, self.lock = trace, store, rule, lock
-        self.kernel: Kernel = pool.clock
+        self.clock = clock
         self.pool_file = pool_file
-        self.dispatcher = Dispatcher(pool.replicas, self.kernel.now, plan)
+        self.dispatcher = Dispatcher(replicas, clock.now, plan)
         self.ops = trace.op_index()
         self.preds = _effective_predecessors(trace, rule)
         self.succs: dict[str, list[str]] = {op_id: [] for op_id in self.ops}
@@ -157,9 +180,14 @@ class _Driver:
         self.arrival: dict[str, float] = {}
         self.finish: dict[str, float] = {}
         self.on_root_done: Any = None
-        # Wall-clock instrumentation for the conformance audit: (perf_counter_ns, virtual time).
+        self.on_all_done: Any = None
+        # Wall-clock instrumentation for the conformance audit: (perf_counter_ns, clock time).
         self.trigger: dict[str, tuple[int, float]] = {}
         self.wall_ns: dict[str, tuple[int, int]] = {}
+        # Per released op: (the time its last release predecessor completed as the engine saw
+        # it, the release time), both on the run's clock: the release lateness of wall runs.
+        self.release_lag: dict[str, tuple[float, float]] = {}
+        self.pred_done: dict[str, float] = {}
         # Built up front so a bad op fails before the clock starts, naming the op.
         self.requests = {
             op_id: model_request(op, pool_file.resolve(deployment_of(op)), lock, store)
@@ -170,10 +198,10 @@ class _Driver:
     # -- roots -----------------------------------------------------------------------------
 
     def schedule_root(self, root_id: str, t: float) -> None:
-        self.kernel.call_at(t, lambda: self._arrive(root_id), URGENT, f"arrival {root_id}")
+        self.clock.call_at(t, lambda: self._arrive(root_id), URGENT, f"arrival {root_id}")
 
     def _arrive(self, root_id: str) -> None:
-        now = self.kernel.now()
+        now = self.clock.now()
         self.arrival[root_id] = now
         self.dispatcher.on_arrival(root_id)
         if not self.remaining.get(root_id):
@@ -182,6 +210,7 @@ class _Driver:
         for op_id in self.by_root[root_id]:
             if self.waiting[op_id] == 0:
                 self.trigger[op_id] = (time.perf_counter_ns(), now)
+                self.pred_done[op_id] = now
                 self._schedule_release(op_id, now + self._first_offset(op_id))
 
     def _first_offset(self, op_id: str) -> float:
@@ -192,17 +221,19 @@ class _Driver:
         return max(op_submit_time(op, base) - base, 0.0)
 
     def _root_done(self, root_id: str) -> None:
-        self.finish[root_id] = self.kernel.now()
+        self.finish[root_id] = self.clock.now()
         if self.on_root_done is not None:
             self.on_root_done(root_id)
+        if self.on_all_done is not None and len(self.finish) == len(self.recorded_arrival):
+            self.on_all_done()
 
     # -- ops -------------------------------------------------------------------------------
 
     def _schedule_release(self, op_id: str, t: float) -> None:
-        self.kernel.call_at(t, lambda: self._release(op_id), URGENT, f"release {op_id}")
+        self.clock.call_at(t, lambda: self._release(op_id), URGENT, f"release {op_id}")
 
     def _release(self, op_id: str) -> None:
-        now = self.kernel.now()
+        now = self.clock.now()
         trigger_ns, trigger_t = self.trigger.get(op_id, (time.perf_counter_ns(), now))
         if now > trigger_t:  # waited a delay on the virtual clock: react from the timer firing
             trigger_ns = time.perf_counter_ns()
@@ -211,11 +242,12 @@ class _Driver:
             raise SimulationError(f"op {op_id} released before {unfinished} completed")
         op, rec = self.ops[op_id], self.realized[op_id]
         rec.ready_s = now
+        self.release_lag[op_id] = (self.pred_done.get(op_id, trigger_t), now)
         if op.kind is not OpKind.MODEL:
             rec.num_input_tokens, rec.num_output_tokens = op.num_input_tokens, op.num_output_tokens
             rec.status = op.status
             self.wall_ns[op_id] = (trigger_ns, time.perf_counter_ns())
-            self.kernel.call_at(now + op_duration(op), lambda: self._complete(op_id), URGENT)
+            self.clock.call_at(now + op_duration(op), lambda: self._complete(op_id), URGENT)
             return
         request = self.requests[op_id]
         unit = Unit(
@@ -241,16 +273,19 @@ class _Driver:
             ok = out.status is OutcomeStatus.COMPLETED
             rec.status = OpStatus.COMPLETED if ok else OpStatus.FAILED
             rec.error = None if ok else (out.error or out.status.value)
-            self._complete(op_id)
+            self._complete(op_id, out.finish_s)
 
         self.wall_ns[op_id] = (trigger_ns, time.perf_counter_ns())
         self.dispatcher.on_ready(unit, request, on_done=done, on_submitted=submitted)
 
-    def _complete(self, op_id: str) -> None:
-        now = self.kernel.now()
+    def _complete(self, op_id: str, observed_s: float | None = None) -> None:
+        """Op `op_id` completed: now on this clock; `observed_s` when the engine saw it end."""
+        now = self.clock.now()
         self.realized[op_id].completed_s = now
+        seen = now if observed_s is None else min(observed_s, now)
         for succ in self.succs[op_id]:
             self.waiting[succ] -= 1
+            self.pred_done[succ] = max(self.pred_done.get(succ, seen), seen)
             if self.waiting[succ] == 0:
                 self.trigger[succ] = (time.perf_counter_ns(), now)
                 self._schedule_release(succ, now + self.ops[succ].external_delay_s)
@@ -292,8 +327,11 @@ def replay_trace(
     slots: Sequence[str] | None = None,
     name: str = "replay",
     notes: Mapping[str, Any] | None = None,
+    engine: str | EngineTarget = "sim",
+    replicas_factory: ReplicaFactory | None = None,
+    timeout_s: float | None = None,
 ) -> ReplayRun:
-    """Replay `trace` on a fresh (drained, warm) simulated pool under `rule`.
+    """Replay `trace` under `rule` on a fresh simulated pool, or in wall time on a real engine.
 
     Args:
         trace: the recorded trace set (one or more roots).
@@ -307,6 +345,13 @@ def replay_trace(
         slots: root ids in arrival-slot order (default: recorded arrival order).
         name: the arm name, written into the replay trace's id and notes.
         notes: more manifest notes (scenario name, block, ...).
+        engine: "sim" (virtual time, deterministic) or a real engine (`openai:URL`), replayed
+            in wall time; ops that fail there (server gone) are counted, never raised.
+        replicas_factory: builds the replicas on the run's wall clock (default for a real
+            engine: one OpenAI-compatible replica per deployment, all on the target server);
+            giving one replays in wall time whatever `engine` says (it then only labels the run).
+        timeout_s: wall-clock limit of a real-engine replay; ops not done by then are reported
+            as incomplete.
 
     Raises:
         IllegalReleaseError: the barrier names unknown ops, crosses roots or makes a cycle.
@@ -333,10 +378,24 @@ def replay_trace(
             f"unknown {sorted(set(order) - known)[:5]}"
         )
     pool_file = pool_file or default_pool_file()
+    target = parse_engine(engine)
+    if replicas_factory is not None or not target.is_sim:
+        return _replay_wall(
+            source, store, rule, order, arrivals, pool_file, plan, lock, name, notes, target,
+            replicas_factory, timeout_s,
+        )  # fmt: skip
     pool = build_sim_pool(pool_file, Kernel())
     check_capabilities(pool.replicas(), lock)
-    drv = _Driver(source, store, rule, pool, pool_file, plan, lock)
-    start = drv.kernel.now()
+    drv = _Driver(source, store, rule, pool.clock, pool.replicas, pool_file, plan, lock)
+    start = drv.clock.now()
+    _schedule_roots(drv, order, arrivals, start)
+    pool.clock.run()
+    return _finish(drv, source, order, rule, lock, name, notes, pool, start)
+
+
+def _schedule_roots(
+    drv: _Driver, order: list[str], arrivals: ArrivalProcess | None, start: float
+) -> None:
     process = arrivals or BurstArrivals(0.0)
     recorded = [drv.recorded_arrival.get(root, 0.0) for root in order]
     offsets = open_loop_offsets(process, recorded)
@@ -346,9 +405,21 @@ def replay_trace(
     else:
         assert isinstance(process, ClosedLoopArrivals)
         _closed_loop(drv, order, process, start)
-    drv.kernel.run()
+
+
+def _finish(
+    drv: _Driver,
+    source: Trace,
+    order: list[str],
+    rule: ReleaseRule,
+    lock: InputLock,
+    name: str,
+    notes: Mapping[str, Any] | None,
+    pool: SimPool | None,
+    start: float,
+) -> ReplayRun:
     stuck = sorted(op_id for op_id, r in drv.realized.items() if r.completed_s is None)
-    if stuck:
+    if stuck and pool is not None:
         raise SimulationError(
             f"replay {name!r}: {len(stuck)} ops never completed (first: {', '.join(stuck[:5])}); "
             "a predecessor is missing from the trace set or the pool cannot serve a deployment"
@@ -363,14 +434,69 @@ def replay_trace(
         rule=rule,
         non_causal=not rule.is_causal,
         start_s=start,
-        end_s=drv.kernel.now(),
+        end_s=drv.clock.now(),
         root_arrival_s=dict(drv.arrival),
-        root_latency_s={r: drv.finish[r] - drv.arrival[r] for r in order},
+        root_latency_s={r: drv.finish[r] - drv.arrival[r] for r in order if r in drv.finish},
         num_early_releases=count_early_releases(replay, rule),
         num_failed_ops=sum(1 for r in drv.realized.values() if r.status is OpStatus.FAILED),
         notes=dict(replay.manifest.notes),
         release_wall_ns=dict(drv.wall_ns),
+        release_lag_s=dict(drv.release_lag),
+        num_incomplete_ops=len(stuck),
     )
+
+
+def _replay_wall(
+    source: Trace,
+    store: BlobStore | None,
+    rule: ReleaseRule,
+    order: list[str],
+    arrivals: ArrivalProcess | None,
+    pool_file: PoolFile,
+    plan: str,
+    lock: InputLock,
+    name: str,
+    notes: Mapping[str, Any] | None,
+    target: EngineTarget,
+    replicas_factory: ReplicaFactory | None,
+    timeout_s: float | None,
+) -> ReplayRun:
+    """Replay on a real engine in wall time: one asyncio loop runs the driver and the engine."""
+    factory = replicas_factory
+    if factory is None:
+        from maserve_prefect.engine.openai.wall import openai_replicas_factory
+
+        factory = openai_replicas_factory(target)
+    deployments = sorted(
+        {pool_file.resolve(deployment_of(op)) for op in source.ops if op.kind is OpKind.MODEL}
+    )
+
+    async def drive() -> ReplayRun:
+        clock = WallClock()
+        replicas, close = factory(clock, deployments)
+        try:
+            check_capabilities(replicas, lock)
+            drv = _Driver(source, store, rule, clock, lambda: replicas, pool_file, plan, lock)
+            all_done = clock.create_future()
+
+            def all_finished() -> None:
+                if not all_done.done():
+                    all_done.set_result(None)
+
+            drv.on_all_done = all_finished
+            _schedule_roots(drv, order, arrivals, clock.now())
+            if not order:
+                drv.on_all_done()
+            try:
+                await asyncio.wait_for(all_done, timeout_s)
+            except TimeoutError:
+                pass  # reported below as incomplete ops / roots
+            merged = {**(notes or {}), "engine": str(target)}
+            return _finish(drv, source, order, rule, lock, name, merged, None, 0.0)
+        finally:
+            close()
+
+    return asyncio.run(drive())
 
 
 def _closed_loop(drv: _Driver, order: list[str], process: ClosedLoopArrivals, start: float) -> None:
@@ -387,6 +513,6 @@ def _closed_loop(drv: _Driver, order: list[str], process: ClosedLoopArrivals, st
         q = queues[user_of[root_id]]
         if q:
             i = q.pop(0)
-            drv.schedule_root(order[i], drv.kernel.now() + think[i])
+            drv.schedule_root(order[i], drv.clock.now() + think[i])
 
     drv.on_root_done = next_of
