@@ -11,7 +11,7 @@ flagged as not meaningful.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import copy_context
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,14 +23,17 @@ from maserve_prefect.flows.workflows import Workflow, get_workflow
 from prefect import flow
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+from maserve_prefect.engine.protocol import Replica
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import SimPool
+from maserve_prefect.engine.target import EngineTarget, parse_engine
 from maserve_prefect.runner import MAServeTaskRunner, mark_participant
 from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.harness import Harness, activate
-from maserve_prefect.runtime.lockstep import VirtualGate
+from maserve_prefect.runtime.lockstep import Gate, VirtualGate
 from maserve_prefect.runtime.oprun import scope
 from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
+from maserve_prefect.runtime.wallgate import WallGate
 from maserve_prefect.spec.binding import Quality, TaskBinding
 from maserve_prefect.spec.io import spec_to_data
 from maserve_prefect.trace.ledger import Ledger
@@ -55,7 +58,7 @@ class NativeRun:
 
     trace: Trace
     roots: list[RootResult]
-    pool: SimPool
+    pool: SimPool | None
     harness: Harness
     flow_run_ids: list[str] = field(default_factory=list)
     meaningful_quality: bool = False
@@ -69,6 +72,27 @@ class _RunConfig:
 
 
 _CONFIGS: dict[str, _RunConfig] = {}
+
+NativeReplicaFactory = Callable[
+    [Callable[[], float], Callable[[Callable[[], None]], None], Sequence[str]],
+    tuple[Sequence[Replica], Callable[[], None]],
+]
+"""Builds a real engine's replicas for a native run: given the run's clock (`now`), a `deliver`
+that runs engine callbacks under the gate's lock, and the deployment names; returns the replicas
+and a function that closes them."""
+
+
+def _openai_factory(target: EngineTarget) -> NativeReplicaFactory:
+    from maserve_prefect.engine.openai.wall import open_openai_replicas
+
+    def factory(
+        now: Callable[[], float],
+        deliver: Callable[[Callable[[], None]], None],
+        deployments: Sequence[str],
+    ) -> tuple[Sequence[Replica], Callable[[], None]]:
+        return open_openai_replicas(target, deployments, now=now, deliver=deliver)
+
+    return factory
 
 
 @flow(
@@ -127,8 +151,20 @@ def run_native(
     ledger: Ledger | None = None,
     arrival_rate: float | None = None,
     trace_id: str | None = None,
+    engine: str | EngineTarget = "sim",
+    content_source: str = "binding",
+    replicas_factory: NativeReplicaFactory | None = None,
 ) -> NativeRun:
-    """Realize `users` roots of `workflow` on the simulator (see the module docstring)."""
+    """Realize `users` roots of `workflow` on an engine (see the module docstring).
+
+    Args:
+        engine: "sim" (virtual time, the default) or a real engine (`openai:URL`, wall time).
+        content_source: on a real engine, "binding" locks output lengths and template decisions
+            to the binding's seeded draws (reproducible work, text from the model); "engine"
+            generates freely.
+        replicas_factory: builds a real engine's replicas: `(now, deliver, deployments) ->
+            (replicas, close)` (default: OpenAI-compatible replicas on the target server).
+    """
     from maserve_prefect.bindings import content_model_for, get_binding
 
     wf = get_workflow(workflow) if isinstance(workflow, str) else workflow
@@ -138,26 +174,48 @@ def run_native(
         else binding
     )
     pool_file = pool or default_pool_file()
-    kernel = Kernel()
-    sim_pool = build_sim_pool(pool_file, kernel)
-    start_s = kernel.now()
-    gate = VirtualGate(kernel)
-    dispatcher = Dispatcher(sim_pool.replicas, kernel.now)
+    target = parse_engine(engine)
+    names = [p.deployment for s in wf.spec.stages for p in s.participants]
+    names += [d for s in wf.spec.stages for d in getattr(s.control, "worker_deployments", ())]
+    deployments = {name: pool_file.resolve(name) for name in names}
+    sim_pool: SimPool | None = None
+    close_engine: Callable[[], None] = lambda: None  # noqa: E731
+    gate: Gate
+    if target.is_sim and replicas_factory is None:
+        kernel = Kernel()
+        sim_pool = build_sim_pool(pool_file, kernel)
+        gate = VirtualGate(kernel)
+        dispatcher = Dispatcher(sim_pool.replicas, kernel.now)
+    else:
+        wall = WallGate()
+        gate = wall
+        factory = replicas_factory or _openai_factory(target)
+        replicas, close_engine = factory(
+            wall.now, lambda fn: wall.defer(None, fn), sorted(set(deployments.values()))
+        )
+        dispatcher = Dispatcher(lambda: replicas, wall.now)
+    start_s = gate.now()
     manifest = Manifest(
         trace_id=trace_id or f"{wf.name}-{b.binding_id}-s{seed}-u{users}",
         workload_spec=spec_to_data(wf.spec),
         binding_ids=(b.binding_id,),
-        engine="sim",
+        engine=str(target),
         mode="native",
         seeds={"seed": seed},
-        notes={"pool": pool_file.model_dump(mode="json", exclude={"source"})},
+        notes={
+            "pool": pool_file.model_dump(mode="json", exclude={"source"}),
+            "content_source": "binding" if target.is_sim else content_source,
+        },
     )
     harness = Harness(
-        gate, manifest, dispatcher=dispatcher, ledger=ledger, content=content_model_for(b, seed)
+        gate,
+        manifest,
+        dispatcher=dispatcher,
+        ledger=ledger,
+        content=content_model_for(b, seed),
+        engine_kind="sim" if target.is_sim else target.kind,
+        content_source=content_source,
     )
-    names = [p.deployment for s in wf.spec.stages for p in s.participants]
-    names += [d for s in wf.spec.stages for d in getattr(s.control, "worker_deployments", ())]
-    deployments = {name: pool_file.resolve(name) for name in names}
     key = harness.key
     _CONFIGS[key] = _RunConfig(wf, b, deployments)
     ids = list(b.info.instance_ids)
@@ -176,7 +234,7 @@ def run_native(
             for i in range(users):
                 root_id = f"r{i:04d}"
                 instance_id = order[i % len(order)]
-                delay = float(arrivals[i]) - kernel.now()
+                delay = float(arrivals[i]) - gate.now()
                 if delay > 0:
                     gate.sleep(delay, what=f"arrival of {root_id}")
                 gate.admit()
@@ -192,6 +250,7 @@ def run_native(
                 th.join()
     finally:
         _CONFIGS.pop(key, None)
+        close_engine()
     trace = Trace(
         manifest=manifest,
         # Records arrive in thread order; sort them so the same seed gives the same trace.

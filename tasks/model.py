@@ -55,8 +55,9 @@ def _decide(decision: Decision | None, text: str, h: Harness, op: OpRun) -> dict
     if decision is None:
         return {}
     root = op.scope.root_id
-    if h.engine_kind == "sim" and h.content is not None:
+    if h.draws_content:
         c = h.content
+        assert c is not None
         if decision.kind == "accept":
             ok = c.accepts(decision.round, root=root, op=op.op_id)
             return {"verdict": "accept" if ok else "revise"}
@@ -142,6 +143,15 @@ def model_call(
             n_out = min(n_out, max_tokens)
         request = Request(
             op.op_id, deployment, prompt_token_ids=prompt_ids, max_tokens=n_out,
+            min_tokens=n_out, priority=priority, tags=tags, messages=messages,
+        )  # fmt: skip
+    elif h.draws_content:  # a real engine generating the text at the binding's drawn length
+        assert h.content is not None
+        n_out = h.content.output_tokens(role, root=op.scope.root_id, op=op.op_id)
+        if max_tokens is not None:
+            n_out = min(n_out, max_tokens)
+        request = Request(
+            op.op_id, deployment, num_prompt_tokens=len(prompt_ids), max_tokens=n_out,
             min_tokens=n_out, priority=priority, tags=tags, messages=messages,
         )  # fmt: skip
     else:

@@ -88,7 +88,8 @@ def tool_call(
     if result.error:
         fields["error"] = result.error[:200]
     if decision is not None and decision.kind == "accept":
-        if h.engine_kind == "sim" and h.content is not None:
+        if h.draws_content:
+            assert h.content is not None
             ok = h.content.accepts(decision.round, root=op.scope.root_id, op=op.op_id)
         else:
             ok = bool(fields.get("passed", result.ok))

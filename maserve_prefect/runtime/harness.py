@@ -54,6 +54,10 @@ class Harness:
 
     Args:
         gate: the clock regime (`VirtualGate` on the simulator, a wall gate on real engines).
+        engine_kind: "sim" or the real engine's kind ("openai").
+        content_source: on a real engine, "binding" draws output lengths (locked) and template
+            decisions from the content model; "engine" lets the model generate freely and parses
+            decisions from its text. The simulator always draws.
         dispatcher: routes model calls to replicas; None when the run has no engine.
         manifest: the trace manifest (its `trace_id` names the run in the ledger).
         ledger: durable store of records; None keeps records in memory only.
@@ -70,6 +74,7 @@ class Harness:
         store: BlobStore | None = None,
         content: ContentModel | None = None,
         engine_kind: str = "sim",
+        content_source: str = "binding",
     ) -> None:
         self.gate = gate
         self.manifest = manifest
@@ -78,6 +83,12 @@ class Harness:
         self.store: BlobStore = store or (ledger.cas if ledger is not None else MemoryStore())
         self.content = content
         self.engine_kind = engine_kind
+        if content_source not in ("binding", "engine"):
+            raise ConfigError(
+                f"content_source={content_source!r}: expected 'binding' (lengths and decisions "
+                "drawn from the binding's seeded content model) or 'engine' (free generation)"
+            )
+        self.content_source = "binding" if engine_kind == "sim" else content_source
         self.state = StateStore()
         self.counter = OpCounter()
         self.book = RunBook()
@@ -87,6 +98,16 @@ class Harness:
         self.key = f"h{next(_KEYS)}"
         if ledger is not None:
             ledger.begin_run(manifest)
+
+    @property
+    def draws_content(self) -> bool:
+        """Whether output lengths and template decisions come from the binding's content model.
+
+        Always on the simulator (it generates no text); on a real engine only when the run asked
+        for `content_source="binding"` — then lengths are locked to the drawn values (the work
+        is reproducible) while the text still comes from the model.
+        """
+        return self.content is not None and self.content_source == "binding"
 
     @property
     def trace_id(self) -> str:
