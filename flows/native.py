@@ -264,8 +264,8 @@ def run_native(
     )
 
 
-def _op_key(op: OpRecord) -> tuple[str, str]:
-    return (op.root_id, op.op_id)
+def _op_key(op: OpRecord) -> tuple[str, str, int]:
+    return (op.root_id, op.op_id, op.attempt)
 
 
 def _root_body(

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 from maserve_prefect.trace.model import (
     Manifest,
     OpRecord,
+    OpStatus,
+    OpTimes,
     RootRecord,
     SessionRecord,
     StageRecord,
@@ -190,11 +192,30 @@ class Harness:
                     f"op {record.op_id}: predecessors {missing} were never recorded; "
                     "they must finish before it"
                 )
-        if self.ledger is not None:
-            self.ledger.append_op(self.trace_id, record, prefect=(flow_run_id, task_run_id))
-        with self._lock:
-            self.book.ops.append(record)
-            self.book.task_runs[record.op_id] = task_run_id
+        records = [
+            record.model_copy(
+                update={
+                    "attempt": i,
+                    "status": OpStatus.FAILED,
+                    "error": error,
+                    "output_ref": None,
+                    "output_token_ids_ref": None,
+                    "num_output_tokens": 0,
+                    "num_cached_tokens": 0,
+                    "times": OpTimes(
+                        ready_s=record.times.ready_s, submitted_s=start_s, completed_s=end_s
+                    ),
+                }
+            )
+            for i, (start_s, end_s, error) in enumerate(op.failed_attempts, 1)
+        ]
+        records.append(record.model_copy(update={"attempt": len(op.failed_attempts) + 1}))
+        for rec in records:
+            if self.ledger is not None:
+                self.ledger.append_op(self.trace_id, rec, prefect=(flow_run_id, task_run_id))
+            with self._lock:
+                self.book.ops.append(rec)
+                self.book.task_runs[rec.op_id] = task_run_id
         with self._recorded_cv:
             self._recorded.add(record.op_id)
             self._recorded_cv.notify_all()
@@ -245,6 +266,10 @@ class Harness:
         op.num_input_tokens = outcome.num_prompt_tokens
         op.num_output_tokens = outcome.num_output_tokens
         op.num_cached_tokens = outcome.num_cached_tokens
+        # Every engine attempt but the last is kept as a failed attempt of this op.
+        op.failed_attempts = [
+            (a.start_s, a.end_s, a.error or "failed") for a in outcome.attempts[:-1]
+        ]
         if outcome.status is not OutcomeStatus.COMPLETED:
             op.error = outcome.error or outcome.status.value
         return outcome

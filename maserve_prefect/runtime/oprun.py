@@ -130,6 +130,8 @@ class OpRun:
     attempt: int = 1
     status: OpStatus = OpStatus.COMPLETED
     error: str | None = None
+    failed_attempts: list[tuple[float, float, str]] = field(default_factory=list)
+    """Earlier engine attempts of this op that failed: (start_s, end_s, error)."""
 
     def add_dep(self, op_id: str, kind: EdgeKind, required: bool = True) -> None:
         """Add a predecessor discovered while running (e.g. the writer of a state version read)."""

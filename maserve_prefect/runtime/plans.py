@@ -8,10 +8,16 @@ unknown name lists the known ones. Replay, the pool runtime and HEAR add their p
 The built-in `fcfs` plan: ready units in (ready time, unit id) order, each placed on the
 least-loaded ready replica of its deployment (fewest outstanding requests, ties by name), with the
 plan's own assignments counted as it goes.
+
+Besides submits, `Decisions` can carry pool lifecycle decisions (`Load`, `Unload`) and `Grant`s of
+fused chains; they default to empty, so plans and appliers that only know submits keep working.
+The pool runtime's plans (`joint` and its baselines) live in their own modules and register
+themselves when first looked up (`_PLUGIN_MODULES`).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -69,10 +75,53 @@ class Submit:
 
 
 @dataclass(frozen=True, slots=True)
+class Load:
+    """Start a replica of `deployment` on `device` once the named unloads have finished.
+
+    Attributes:
+        after: replicas whose `Unload` (in the same decisions) frees the memory this load needs;
+            the applier starts the load when every one of them has finished unloading.
+        prefetch: loaded ahead of near-ready work (no ready unit waits for it yet).
+        units: the demand it serves (ready units, or near-ready units for a prefetch).
+    """
+
+    deployment: str
+    device: str
+    after: tuple[str, ...] = ()
+    prefetch: bool = False
+    units: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unload:
+    """Reclaim an idle, lease-free replica (`for_deployment`: the load it makes room for)."""
+
+    replica: str
+    for_deployment: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Let a unit or a fused chain run on `replica`: the head goes out as a `Submit` now, later
+    members go to the same replica as soon as they are ready, and the replica stays leased (not
+    reclaimable) until the last member completes."""
+
+    replica: str
+    unit_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Decisions:
-    """A plan's output: never aliases the snapshot's live state."""
+    """A plan's output: never aliases the snapshot's live state.
+
+    Appliers run unloads first, then loads (a load with `after` waits for those unloads), then
+    grants and submits.
+    """
 
     submits: tuple[Submit, ...] = ()
+    loads: tuple[Load, ...] = ()
+    unloads: tuple[Unload, ...] = ()
+    grants: tuple[Grant, ...] = ()
 
 
 class Plan(Protocol):
@@ -85,6 +134,22 @@ class Plan(Protocol):
 
 _REGISTRY: dict[str, Callable[[], Plan]] = {}
 
+# Modules that register more plans on import; loaded on the first lookup so that importing this
+# module stays cheap and free of import cycles (they import this module).
+_PLUGIN_MODULES = (
+    "maserve_prefect.runtime.joint_plan",
+    "maserve_prefect.runtime.baselines",
+)
+_plugins_loaded = False
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        for module in _PLUGIN_MODULES:
+            importlib.import_module(module)
+
 
 def register_plan(name: str, factory: Callable[[], Plan]) -> None:
     """Register a plan factory under `name` (a duplicate name raises)."""
@@ -95,6 +160,8 @@ def register_plan(name: str, factory: Callable[[], Plan]) -> None:
 
 def get_plan(name: str) -> Plan:
     """A fresh instance of the plan registered as `name`."""
+    if name not in _REGISTRY:
+        _load_plugins()
     try:
         return _REGISTRY[name]()
     except KeyError:
@@ -105,6 +172,7 @@ def get_plan(name: str) -> Plan:
 
 def plan_names() -> list[str]:
     """Registered plan names, sorted."""
+    _load_plugins()
     return sorted(_REGISTRY)
 
 
