@@ -35,6 +35,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from maserve_prefect.engine.target import EngineTarget
+from maserve_prefect.engine.target import parse_engine as parse_target
 from maserve_prefect.errors import ConfigError, MaserveError
 
 if TYPE_CHECKING:
@@ -65,22 +67,13 @@ def open_ledger(url: str | None) -> Ledger:
     return Ledger(url, ContentStore(get_settings().cas_dir))
 
 
-def parse_engine(engine: str) -> str:
-    """Validate `--engine`; only the simulator runs today.
+def parse_engine(engine: str) -> EngineTarget:
+    """Validate `--engine` (`sim` or `openai:URL[#MODEL]`).
 
     Raises:
-        typer.Exit: code 2 for `openai:URL` (arrives with the real-engine issue).
-        ConfigError: anything else that is not `sim`.
+        ConfigError: anything else.
     """
-    if engine == "sim":
-        return engine
-    if engine.startswith("openai:") and len(engine) > len("openai:"):
-        fail(
-            f"--engine {engine}: not supported yet: the OpenAI engine arrives with the "
-            f"real-engine issue; use --engine sim",
-            code=EXIT_UNSUPPORTED,
-        )
-    raise ConfigError(f"--engine {engine!r}: expected 'sim' or 'openai:URL'")
+    return parse_target(engine)
 
 
 def unique_trace_id(ledger: Ledger, base: str) -> str:
@@ -113,7 +106,16 @@ def run_cmd(
         str | None, typer.Option(help="Task binding (default: the workflow's).")
     ] = None,
     users: Annotated[int, typer.Option(min=1, help="Roots (users) to realize.")] = 1,
-    engine: Annotated[str, typer.Option(help="'sim' or 'openai:URL'.")] = "sim",
+    engine: Annotated[
+        str, typer.Option(help="'sim' or 'openai:URL[#MODEL]' (an OpenAI-compatible server).")
+    ] = "sim",
+    content: Annotated[
+        str,
+        typer.Option(
+            help="Real engines: 'binding' locks output lengths and decisions to the binding's "
+            "seeded draws; 'engine' lets the model generate freely."
+        ),
+    ] = "binding",
     pool: Annotated[
         Path | None, typer.Option(help="Pool file (devices, deployments) (default: shipped).")
     ] = None,
@@ -152,7 +154,7 @@ def run_cmd(
             return
         if not workflow:
             raise ConfigError("give a WORKFLOW name (`maserve run --list` shows them)")
-        parse_engine(engine)
+        target = parse_engine(engine)
         wf = get_workflow(workflow)
         b = get_binding(binding or wf.default_binding)
         pool_file = load_pool_file(pool) if pool is not None else None
@@ -166,7 +168,8 @@ def run_cmd(
             with console.status(f"running {users} root(s) of {wf.name}…"), _quiet_prefect(verbose):
                 run = run_native(
                     wf, b, users=users, seed=seed, pool=pool_file, ledger=ledger,
-                    arrival_rate=arrival_rate, trace_id=tid,
+                    arrival_rate=arrival_rate, trace_id=tid, engine=target,
+                    content_source=content,
                 )  # fmt: skip
             failed = any(r.error for r in run.roots)
             ledger.finish_run(tid, RunStatus.FAILED if failed else RunStatus.COMPLETED)

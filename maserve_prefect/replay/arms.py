@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from maserve_prefect.errors import ConfigError, UnsupportedError
+from maserve_prefect.engine.target import parse_engine
+from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay.arrivals import ClosedLoopArrivals, ThinkTime, with_seed
 from maserve_prefect.replay.driver import ReplayRun, replay_trace
 from maserve_prefect.replay.scenario import Arm, Scenario, arrival_process
@@ -199,6 +200,7 @@ def lock_deadlines(
         lock=scenario.lock,
         slots=ts.slots,
         name="reference",
+        engine=scenario.engine,
     )
     by_class: dict[str, list[float]] = {}
     for root in ts.trace.roots:
@@ -255,6 +257,7 @@ def run_arm(
         slots=ts.slots,
         name=arm.name,
         notes={"scenario": scenario.name, "block": block},
+        engine=scenario.engine,
     )
     return ArmResult(summarize_arm(run, ts, scenario, deadlines, arm=arm.name, block=block), run)
 
@@ -275,22 +278,19 @@ def run_scenario(
         on_arm: called after each arm run (progress).
 
     Raises:
-        UnsupportedError: an engine other than the simulator.
+        ConfigError: a malformed `engine` (not `sim` or `openai:URL`).
+        UnsupportedError: the engine cannot honour the scenario's input contract.
 
     Examples:
         >>> from maserve_prefect.replay.scenario import parse_scenario
-        >>> s = parse_scenario({"name": "x", "engine": "openai:http://h", "cohorts": [
+        >>> s = parse_scenario({"name": "x", "engine": "tgi", "cohorts": [
         ...     {"name": "t", "bundle": "b"}], "arms": [{"name": "dag"}]})
         >>> run_scenario(s)
         Traceback (most recent call last):
         ...
-        maserve_prefect.errors.UnsupportedError: engine 'openai:http://h': replay on real engines (wall time) is unsupported until the real-engine issue; use engine: sim
+        maserve_prefect.errors.ConfigError: --engine 'tgi': expected 'sim' or 'openai:URL' (e.g. openai:http://127.0.0.1:8000)
     """
-    if scenario.engine != "sim":
-        raise UnsupportedError(
-            f"engine {scenario.engine!r}: replay on real engines (wall time) is unsupported "
-            "until the real-engine issue; use engine: sim"
-        )
+    parse_engine(scenario.engine)
     ts = build_trace_set(scenario, loaded)
     deadlines, reference = lock_deadlines(scenario, ts)
     result = ScenarioResult(scenario, ts, deadlines, reference)
