@@ -1,11 +1,16 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both build .venv from the
 # project's own files (requirements.lock pins every dependency) and install the package editable.
+# `make test` also builds (once) the CPU vLLM venv the integration tests serve a tiny model with:
+# pinned by requirements-vllm.lock, kept outside the clone under $MASERVE_VLLM_CACHE (default
+# ~/.cache/maserve) in a folder keyed by the lock's hash.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck clean venv
+VLLM_LOCK := requirements-vllm.lock
+
+.PHONY: demo test test-unit vllm-env lint typecheck clean venv
 
 venv: $(STAMP)
 
@@ -21,7 +26,15 @@ demo: $(STAMP)
 	$(BIN)/python -m maserve_prefect.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	VLLM_PY="$$($(BIN)/python -m maserve_prefect.engine.vllm.venv --lock $(VLLM_LOCK))" && \
+	MASERVE_VLLM_PYTHON="$$VLLM_PY" $(BIN)/python -m pytest tests
+
+# Everything but the tests that need the real vLLM server (they skip without MASERVE_VLLM_PYTHON).
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not integration"
+
+vllm-env: $(STAMP)
+	$(BIN)/python -m maserve_prefect.engine.vllm.venv --lock $(VLLM_LOCK)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

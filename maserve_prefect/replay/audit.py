@@ -64,6 +64,7 @@ def realized_trace(
     name: str,
     lock: str,
     notes: Mapping[str, Any] | None = None,
+    engine: str = "sim",
 ) -> Trace:
     """The replay trace: `source`'s records with realized times, cached tokens and status."""
     ops = []
@@ -95,7 +96,7 @@ def realized_trace(
         update={
             "trace_id": f"{m.trace_id}-replay-{name}",
             "source": "replay",
-            "engine": "sim",
+            "engine": engine,
             "mode": f"replay:{rule.value}",
             "created_at": None,
             "notes": {

@@ -30,6 +30,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -417,6 +418,7 @@ def _finish(
     notes: Mapping[str, Any] | None,
     pool: SimPool | None,
     start: float,
+    engine: str = "sim",
 ) -> ReplayRun:
     stuck = sorted(op_id for op_id, r in drv.realized.items() if r.completed_s is None)
     if stuck and pool is not None:
@@ -425,7 +427,14 @@ def _finish(
             "a predecessor is missing from the trace set or the pool cannot serve a deployment"
         )
     replay = realized_trace(
-        source, drv.realized, drv.arrival, rule=rule, name=name, lock=lock.value, notes=notes
+        source,
+        drv.realized,
+        drv.arrival,
+        rule=rule,
+        name=name,
+        lock=lock.value,
+        notes=notes,
+        engine=engine,
     )
     return ReplayRun(
         trace=replay,
@@ -491,12 +500,19 @@ def _replay_wall(
                 await asyncio.wait_for(all_done, timeout_s)
             except TimeoutError:
                 pass  # reported below as incomplete ops / roots
-            merged = {**(notes or {}), "engine": str(target)}
-            return _finish(drv, source, order, rule, lock, name, merged, None, 0.0)
+            return _finish(
+                drv, source, order, rule, lock, name, notes, None, 0.0, engine=str(target)
+            )
         finally:
             close()
 
-    return asyncio.run(drive())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(drive())
+    # Called from a thread that already runs a loop (an async Prefect flow): drive elsewhere.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="maserve-replay") as ex:
+        return ex.submit(asyncio.run, drive()).result()
 
 
 def _closed_loop(drv: _Driver, order: list[str], process: ClosedLoopArrivals, start: float) -> None:

