@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import threading
 import time
@@ -514,6 +515,10 @@ class OpenAIEngine:
 
     # -- waiting on tickets ----------------------------------------------------------------
 
+    def now(self) -> float:
+        """The engine's clock (the caller's `now`, else monotonic seconds since construction)."""
+        return self._now()
+
     def wait(self, ticket: Ticket, timeout_s: float | None = None) -> Outcome:
         """Block until `ticket` has its outcome (safe from any thread but the loop's).
 
@@ -635,24 +640,40 @@ class OpenAIEngine:
         return self._ended(job, OutcomeStatus.FAILED, f"after {number} attempt(s): {fail.message}")
 
     async def _stream(self, job: _Job) -> _Streamed:
+        """One streaming call through the openai client, read as raw server-sent events.
+
+        The chunks are decoded with `json.loads` rather than the SDK's typed models: a vLLM
+        stream carries one chunk per token per request, and on a small machine per-chunk model
+        construction would make this client, not the server, the bottleneck — late first-token
+        and finish times are exactly what a measurement tool must not produce.
+        """
         assert self._client is not None
         spec, chat = job.spec, job.spec.endpoint == "chat"
-        create: Any = (
-            self._client.chat.completions.create if chat else self._client.completions.create
-        )
-        stream = await create(**spec.params, extra_body=spec.extra_body or None)
+        resource: Any = self._client.chat.completions if chat else self._client.completions
         parts: list[str] = []
         ids: list[int] | None = []
         num_pieces = 0
-        usage: Any = None
+        usage: dict[str, Any] | None = None
         first_s: float | None = None
         finished = False
-        async with stream:
-            async for chunk in stream:
-                usage = getattr(chunk, "usage", None) or usage
-                for choice in chunk.choices or ():
-                    piece = (choice.delta.content if chat else choice.text) or ""
-                    toks = getattr(choice, "token_ids", None)
+        async with resource.with_streaming_response.create(
+            **spec.params, extra_body=spec.extra_body or None
+        ) as response:
+            async for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk and not chunk.get("choices"):
+                    raise IncompleteStreamError(f"the server sent an error: {chunk['error']}")
+                usage = chunk.get("usage") or usage
+                for choice in chunk.get("choices") or ():
+                    piece = (
+                        (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+                    ) or ""
+                    toks = choice.get("token_ids")
                     if piece or toks:
                         num_pieces += 1
                         if first_s is None:
@@ -663,17 +684,17 @@ class OpenAIEngine:
                         ids.extend(int(t) for t in toks)
                     elif piece:
                         ids = None  # text without ids: the server does not return them
-                    finished = finished or bool(choice.finish_reason)
+                    finished = finished or bool(choice.get("finish_reason"))
         if not finished:
             raise IncompleteStreamError("the stream ended before a finish_reason")
-        details = getattr(usage, "prompt_tokens_details", None)
+        details = (usage or {}).get("prompt_tokens_details") or {}
         return _Streamed(
             text="".join(parts),
             token_ids=tuple(ids) if ids else None,
             first_token_s=first_s,
-            num_prompt_tokens=getattr(usage, "prompt_tokens", None),
-            num_output_tokens=getattr(usage, "completion_tokens", None),
-            num_cached_tokens=int(getattr(details, "cached_tokens", None) or 0),
+            num_prompt_tokens=(usage or {}).get("prompt_tokens"),
+            num_output_tokens=(usage or {}).get("completion_tokens"),
+            num_cached_tokens=int(details.get("cached_tokens") or 0),
             num_pieces=num_pieces,
         )
 

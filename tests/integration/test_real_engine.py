@@ -1,0 +1,149 @@
+"""The OpenAI engine, metrics scraper and KV-event subscriber against the real vLLM server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from maserve_prefect.engine.openai.engine import OpenAIEngine
+from maserve_prefect.engine.openai.kv_events import BlockStored, KVEventSubscriber
+from maserve_prefect.engine.openai.metrics import MetricsScraper, counter_delta
+from maserve_prefect.engine.protocol import (
+    Force,
+    OutcomeStatus,
+    Priority,
+    Request,
+)
+from maserve_prefect.engine.vllm.server import VLLMServer
+from maserve_prefect.trace.cas import MemoryStore
+from maserve_prefect.trace.ledger import Ledger
+from maserve_prefect.trace.model import Manifest
+
+PREEMPTIONS = "vllm:num_preemptions_total"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+
+
+@pytest.fixture
+def engine(vllm_server: VLLMServer) -> Iterator[OpenAIEngine]:
+    with OpenAIEngine(vllm_server.url, name="tiny0", vocab_size=512) as eng:
+        eng.start()
+        yield eng
+
+
+def _ids(n: int, seed: int) -> tuple[int, ...]:
+    return tuple(16 + (seed * 7919 + i * 104729) % 480 for i in range(n))
+
+
+def test_discovery_finds_what_vllm_supports(engine: OpenAIEngine) -> None:
+    info = engine.server_info()
+    assert info.is_vllm and info.version and info.metrics_available
+    assert info.priority_scheduling and info.length_lock and info.token_id_prompts
+    caps = engine.capabilities()
+    assert caps.priority_scheduling and caps.length_lock and caps.accepts_token_ids
+    assert Priority in caps.control_types
+    assert caps.sleep_levels == ()  # the CPU build has no sleep mode: not offered
+
+
+def test_length_lock_gives_exact_counts_for_every_prompt_form(engine: OpenAIEngine) -> None:
+    reqs = [
+        Request("ids", "tiny", prompt_token_ids=_ids(300, 1), max_tokens=37, min_tokens=37),
+        Request(
+            "hashes", "tiny", num_prompt_tokens=700, prefix_block_hashes=(11, 12),
+            prefix_block_size=256, max_tokens=5, min_tokens=5,
+        ),
+        Request("chat", "tiny", num_prompt_tokens=9, messages=(("user", "hello there"),),
+                max_tokens=12, min_tokens=12),
+    ]  # fmt: skip
+    outs = [engine.wait(engine.submit(r), timeout_s=120) for r in reqs]
+    assert [o.status for o in outs] == [OutcomeStatus.COMPLETED] * 3
+    assert [o.num_output_tokens for o in outs] == [37, 5, 12]
+    assert outs[0].num_prompt_tokens == 300 and outs[1].num_prompt_tokens == 700
+    for o in outs:
+        assert o.first_token_s is not None and o.arrival_s < o.first_token_s <= o.finish_s
+        assert len(o.attempts) == 1 and o.attempts[0].error is None
+    # the same token-id prompt again: its full 128-token blocks are served from the prefix cache
+    again = engine.wait(
+        engine.submit(Request("ids2", "tiny", prompt_token_ids=_ids(300, 1), max_tokens=2,
+                              min_tokens=2)), timeout_s=120,
+    )  # fmt: skip
+    assert again.num_cached_tokens == 256
+
+
+def test_priority_is_honoured_under_contention(engine: OpenAIEngine) -> None:
+    # 16 long low-priority requests fill the 8 seats; an urgent one arrives last.
+    low = [
+        engine.submit(
+            Request(f"low{i}", "tiny", prompt_token_ids=_ids(64, 100 + i), max_tokens=160,
+                    min_tokens=160),
+            [Priority(10, force=Force.REQUIREMENT)],
+        )
+        for i in range(16)
+    ]  # fmt: skip
+    urgent = engine.submit(
+        Request("urgent", "tiny", prompt_token_ids=_ids(64, 999), max_tokens=4, min_tokens=4),
+        [Priority(0, force=Force.REQUIREMENT)],
+    )
+    outs = [engine.wait(t, timeout_s=300) for t in low]
+    u = engine.wait(urgent, timeout_s=300)
+    assert u.status is OutcomeStatus.COMPLETED
+    assert all(o.status is OutcomeStatus.COMPLETED for o in outs)
+    # Under FCFS the urgent request would wait for a seat behind the 8 queued low ones; with
+    # priority it takes the first free seat: the queued low ones get their first token after it.
+    assert u.first_token_s is not None
+    overtaken = sum(
+        1 for o in outs if o.first_token_s is not None and o.first_token_s > u.first_token_s
+    )
+    assert overtaken >= 6, [(o.request_id, o.first_token_s) for o in outs]
+
+
+def test_metrics_scraper_sees_kv_usage_and_preemptions(
+    engine: OpenAIEngine, vllm_server: VLLMServer
+) -> None:
+    ledger = Ledger("sqlite://", MemoryStore())
+    ledger.begin_run(Manifest(trace_id="scrape"))
+    scraper = MetricsScraper(
+        f"{vllm_server.url}/metrics",
+        source="tiny0",
+        interval_s=0.2,
+        now=engine.now,
+        sink=lambda s: ledger.append_samples("scrape", s),
+    )
+    with scraper:
+        scraper.scrape_once()
+        # 8 requests of 2,000 tokens each need 125 KV blocks; the cache holds 64: preemptions.
+        tickets = [
+            engine.submit(
+                Request(f"big{i}", "tiny", prompt_token_ids=_ids(1000, 500 + i), max_tokens=1000,
+                        min_tokens=1000)
+            )
+            for i in range(8)
+        ]  # fmt: skip
+        outs = [engine.wait(t, timeout_s=600) for t in tickets]
+        scraper.scrape_once()
+    assert all(o.status is OutcomeStatus.COMPLETED for o in outs)
+    assert sum(o.num_preemptions for o in outs) == 0  # not observable per request over HTTP
+    samples = scraper.samples()
+    assert max(s.value for s in samples if s.name == KV_USAGE) > 0.5
+    assert counter_delta(samples, PREEMPTIONS, samples[0].t_s, samples[-1].t_s) >= 1
+    assert not scraper.errors
+    stored = ledger.load_trace("scrape").samples
+    assert len(stored) == len(samples) and {s.name for s in stored} >= {KV_USAGE, PREEMPTIONS}
+
+
+def test_kv_events_arrive_and_track_residency(
+    engine: OpenAIEngine, kv_subscriber: KVEventSubscriber
+) -> None:
+    before = kv_subscriber.directory.num_stored
+    out = engine.wait(
+        engine.submit(Request("kv", "tiny", prompt_token_ids=_ids(520, 77), max_tokens=3,
+                              min_tokens=3)), timeout_s=120,
+    )  # fmt: skip
+    assert out.status is OutcomeStatus.COMPLETED
+    assert kv_subscriber.wait_for(lambda: kv_subscriber.directory.num_stored >= before + 4, 30)
+    stored = [e for _, e in kv_subscriber.events() if isinstance(e, BlockStored)]
+    assert stored and all(e.block_size == 128 for e in stored)
+    assert kv_subscriber.num_malformed == 0
+    # the four full blocks of the prompt are resident on the GPU (the CPU build's only tier)
+    chain = [h for e in stored for h in e.block_hashes]
+    assert kv_subscriber.directory.reusable_prefix_blocks(chain[-4:]) >= 1
