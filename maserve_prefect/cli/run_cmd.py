@@ -155,6 +155,10 @@ def run_cmd(
         if not workflow:
             raise ConfigError("give a WORKFLOW name (`maserve run --list` shows them)")
         target = parse_engine(engine)
+        if not target.is_sim:  # fail fast, before Prefect starts, when the server is not there
+            from maserve_prefect.engine.openai.discovery import discover
+
+            discover(target.base_url, model=target.model, probe=False)
         wf = get_workflow(workflow)
         b = get_binding(binding or wf.default_binding)
         pool_file = load_pool_file(pool) if pool is not None else None

@@ -30,6 +30,26 @@ from maserve_prefect.engine.protocol import (
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.runtime.plans import Decisions, Plan, ReplicaView, Snapshot, Unit, get_plan
 
+DEAD_LIFECYCLES = frozenset({"stopped", "unreachable", "unloaded", "failed"})
+"""Replica lifecycles from which nothing will ever be served again without outside action."""
+
+
+def _failed(request: Request, now: float, error: str) -> Outcome:
+    return Outcome(
+        request_id=request.request_id,
+        status=OutcomeStatus.FAILED,
+        num_prompt_tokens=request.num_prompt(),
+        num_output_tokens=0,
+        num_cached_tokens=0,
+        num_preemptions=0,
+        realized_mode="",
+        arrival_s=now,
+        first_scheduled_s=None,
+        first_token_s=None,
+        finish_s=now,
+        error=error,
+    )
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -159,9 +179,41 @@ class Dispatcher:
         self.stats.by_event[kind] = self.stats.by_event.get(kind, 0) + 1
         if not self._ready:
             return
-        decisions = self.plan.plan(self.snapshot())
+        snap = self.snapshot()
+        decisions = self.plan.plan(snap)
         self.stats.num_plans += 1
         self._apply(decisions)
+        self._fail_orphans(snap)
+
+    def _fail_orphans(self, snap: Snapshot) -> None:
+        """Fail ready units whose deployment's replicas are all dead (stopped, unreachable).
+
+        Nothing would ever take them: a server that died mid-run must surface as failed ops,
+        not as ops waiting forever. A deployment with no replica at all keeps its units waiting
+        (a pool plan may be loading one).
+        """
+        states: dict[str, list[str]] = {}
+        for view in snap.replicas:
+            states.setdefault(view.deployment, []).append(f"{view.name}={view.lifecycle}")
+        dead = {
+            dep
+            for dep, items in states.items()
+            if all(item.rpartition("=")[2] in DEAD_LIFECYCLES for item in items)
+        }
+        if not dead:
+            return
+        now = self._now()
+        for unit_id in [u for u, p in self._ready.items() if p.unit.deployment in dead]:
+            pending = self._ready.pop(unit_id)
+            self.stats.num_rejected += 1
+            pending.on_done(
+                _failed(
+                    pending.request,
+                    now,
+                    f"no live replica serves deployment {pending.unit.deployment!r} "
+                    f"({', '.join(states[pending.unit.deployment])}); the engine is gone",
+                )
+            )
 
     def _apply(self, decisions: Decisions) -> None:
         by_name: Mapping[str, Replica] = {r.name: r for r in self._replicas()}
@@ -185,19 +237,10 @@ class Dispatcher:
         if ticket.acceptance is not Acceptance.ACCEPTED:
             self.stats.num_rejected += 1
             pending.on_done(
-                Outcome(
-                    request_id=pending.request.request_id,
-                    status=OutcomeStatus.FAILED,
-                    num_prompt_tokens=pending.request.num_prompt(),
-                    num_output_tokens=0,
-                    num_cached_tokens=0,
-                    num_preemptions=0,
-                    realized_mode="",
-                    arrival_s=now,
-                    first_scheduled_s=None,
-                    first_token_s=None,
-                    finish_s=now,
-                    error=f"{ticket.acceptance.value} by {replica.name}: {ticket.reason}",
+                _failed(
+                    pending.request,
+                    now,
+                    f"{ticket.acceptance.value} by {replica.name}: {ticket.reason}",
                 )
             )
             return

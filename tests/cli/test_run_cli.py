@@ -25,12 +25,12 @@ def make_app() -> typer.Typer:
 runner = CliRunner()
 
 
-def test_openai_engine_is_refused_with_exit_2(tmp_path: Path) -> None:
+def test_unreachable_openai_engine_fails_fast_naming_the_url(tmp_path: Path) -> None:
     result = runner.invoke(
         make_app(), ["run", "fork_join", "--engine", "openai:http://127.0.0.1:9/v1"]
     )
-    assert result.exit_code == 2
-    assert "not supported yet" in result.output
+    assert result.exit_code == 1
+    assert "http://127.0.0.1:9" in result.output and "start the server" in result.output
 
 
 def test_unknown_workflow_and_engine_fail_clearly() -> None:

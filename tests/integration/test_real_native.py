@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from maserve_prefect.flows.native import run_native
+
 from maserve_prefect.trace.cas import MemoryStore
 from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import OpKind, OpStatus

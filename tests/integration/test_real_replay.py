@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from maserve_prefect.flows.native import run_native
+
 from maserve_prefect.replay.conformance import audit
 from maserve_prefect.replay.driver import replay_trace
-from maserve_prefect.trace.model import OpKind, OpStatus, Trace
 from maserve_prefect.trace.cas import BlobStore
+from maserve_prefect.trace.model import OpKind, OpStatus, Trace
 
 
 @pytest.fixture(scope="module")

@@ -59,12 +59,12 @@ def test_replay_prints_arms_and_writes_bundles(
     assert (out / "summary.json").is_file()
 
 
-def test_replay_refuses_real_engines_for_now(tmp_path: Path) -> None:
+def test_replay_names_a_malformed_engine(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("name: x\ncohorts: [{name: t, bundle: b}]\narms: [{name: a}]\n")
-    res = runner.invoke(app, ["replay", str(path), "--engine", "openai:http://localhost:1"])
-    assert res.exit_code == 2
-    assert "real-engine issue" in res.output
+    res = runner.invoke(app, ["replay", str(path), "--engine", "tgi:http://localhost:1"])
+    assert res.exit_code == 1
+    assert "expected 'sim' or 'openai:URL'" in res.output
 
 
 def test_replay_names_a_bad_scenario_field(tmp_path: Path) -> None:
