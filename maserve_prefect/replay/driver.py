@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +71,14 @@ from maserve_prefect.trace.release import (
     release_predecessors,
 )
 
-ReplicaFactory = Callable[[WallClock, Sequence[str]], tuple[Sequence[Replica], Callable[[], None]]]
+WALL_SWITCH_INTERVAL_S = 1e-4
+"""The interpreter's thread switch interval during a wall-clock replay (default is 5 ms)."""
+
+ReplicaFactory = Callable[
+    [WallClock, Sequence[str]], tuple[Sequence[Replica], Callable[[], Awaitable[None] | None]]
+]
 """Builds a real engine's replicas on a run's wall clock for the given deployment names; returns
-them and a function that closes them."""
+them and a function that closes them (a coroutine function for engines attached to the loop)."""
 
 
 @dataclass(slots=True)
@@ -504,15 +510,25 @@ def _replay_wall(
                 drv, source, order, rule, lock, name, notes, None, 0.0, engine=str(target)
             )
         finally:
-            close()
+            closing = close()
+            if closing is not None:
+                await closing
 
+    # The engine client's thread and the driver share the GIL: at Python's default 5 ms switch
+    # interval a completion could wait that long for the driver to see it. A wall-clock replay is
+    # a measurement, so it hands the GIL over more often for its duration.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch, WALL_SWITCH_INTERVAL_S))
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(drive())
-    # Called from a thread that already runs a loop (an async Prefect flow): drive elsewhere.
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="maserve-replay") as ex:
-        return ex.submit(asyncio.run, drive()).result()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(drive())
+        # Called from a thread that already runs a loop (an async Prefect flow): drive elsewhere.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="maserve-replay") as ex:
+            return ex.submit(asyncio.run, drive()).result()
+    finally:
+        sys.setswitchinterval(switch)
 
 
 def _closed_loop(drv: _Driver, order: list[str], process: ClosedLoopArrivals, start: float) -> None:

@@ -272,6 +272,7 @@ class OpenAIEngine:
         self._callback_lock = threading.RLock()  # every ticket resolution runs under it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._loop_thread: threading.Thread | None = None  # the caller's, when attached
         self._client: openai.AsyncOpenAI | None = None
         self._sem: asyncio.Semaphore | None = None
         self._jobs: dict[str, _Job] = {}
@@ -320,6 +321,8 @@ class OpenAIEngine:
                 raise EngineError(f"{self.name}: start() after close(); build a new OpenAIEngine")
             if self._thread is not None:
                 return self
+            if self._loop is not None:
+                raise EngineError(f"{self.name}: start() on an attached engine")
             loop = asyncio.new_event_loop()
             thread = threading.Thread(
                 target=loop.run_forever, name=f"{self.name}-loop", daemon=True
@@ -328,6 +331,54 @@ class OpenAIEngine:
             asyncio.run_coroutine_threadsafe(self._setup(info), loop).result()
             self._loop, self._thread = loop, thread
         return self
+
+    def attach(self) -> OpenAIEngine:
+        """Discover the server and run on the *calling* thread's running event loop.
+
+        For callers that are themselves asyncio programs (the wall-clock replay driver): no loop
+        thread, no hop between threads, so a completion is seen by the caller in the same loop
+        iteration that read it off the socket. Call `aclose()` (awaited, on that loop) to stop.
+
+        Raises:
+            EngineError: no running loop, already started or closed, or the server is gone.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise EngineError(
+                f"{self.name}: attach() needs a running event loop; use start() from sync code"
+            ) from None
+        info = self.server_info()
+        with self._start_lock:
+            if self._closed or self._loop is not None:
+                raise EngineError(f"{self.name}: attach() on a started or closed engine")
+            self._client = openai.AsyncOpenAI(
+                base_url=f"{info.base_url}/v1",
+                api_key=self.api_key,
+                max_retries=0,
+                timeout=self.request_timeout_s,
+            )
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+            self._loop, self._loop_thread = loop, threading.current_thread()
+        return self
+
+    async def aclose(self) -> None:
+        """Close an attached engine on its loop (see `close` for what closing does)."""
+        with self._start_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._loop is not None:
+            await self._shutdown()
+        self._raise_callback_errors()
+
+    def _raise_callback_errors(self) -> None:
+        if self.callback_errors:
+            first = self.callback_errors[0]
+            raise EngineError(
+                f"{self.name}: {len(self.callback_errors)} ticket callback(s) raised; the first: "
+                f"{type(first).__name__}: {first}"
+            ) from first
 
     async def _setup(self, info: ServerInfo) -> None:
         self._client = openai.AsyncOpenAI(
@@ -346,6 +397,8 @@ class OpenAIEngine:
                 stop within `timeout_s`, or a ticket callback raised earlier (the first error is
                 the cause).
         """
+        if self._thread is None and self._loop is not None:
+            raise EngineError(f"{self.name}: an attached engine closes with `await aclose()`")
         if self._thread is not None and threading.current_thread() is self._thread:
             raise EngineError(
                 f"{self.name}: close() called from a ticket callback on the engine's loop "
@@ -370,12 +423,7 @@ class OpenAIEngine:
                 thread.join(timeout_s)
                 if not thread.is_alive():
                     loop.close()
-        if self.callback_errors:
-            first = self.callback_errors[0]
-            raise EngineError(
-                f"{self.name}: {len(self.callback_errors)} ticket callback(s) raised; the first: "
-                f"{type(first).__name__}: {first}"
-            ) from first
+        self._raise_callback_errors()
 
     async def _shutdown(self) -> None:
         tasks = list(self._tasks)
@@ -423,7 +471,8 @@ class OpenAIEngine:
         if self._closed:
             return Ticket(rid, Acceptance.REJECTED, f"{self.name} is closed")
         try:
-            self.start()
+            if self._loop is None:
+                self.start()
         except EngineError as exc:
             return Ticket(rid, Acceptance.REJECTED, str(exc))
         info = self.server_info()
@@ -530,7 +579,7 @@ class OpenAIEngine:
             raise UnsupportedError(
                 f"request {ticket.request_id!r} was {ticket.acceptance.value}: {ticket.reason}"
             )
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() in (self._thread, self._loop_thread):
             raise EngineError(f"{self.name}: wait() on the loop thread would deadlock")
         done = threading.Event()
         box: list[Outcome] = []
@@ -664,7 +713,7 @@ class OpenAIEngine:
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
-                    break
+                    continue  # the stream ends here; let the line iterator finish cleanly
                 chunk = json.loads(data)
                 if "error" in chunk and not chunk.get("choices"):
                     raise IncompleteStreamError(f"the server sent an error: {chunk['error']}")

@@ -7,15 +7,14 @@ an `EngineAlias` — a Replica with that deployment that forwards to the shared 
 client, one event loop thread, one concurrency bound).
 
 `openai_replicas_factory(target)` is the replay driver's factory: it builds those replicas on
-the replay's wall clock and delivers engine callbacks on the driver's event loop
-(`loop.call_soon_threadsafe`), so the driver, the dispatcher and completions all run on one
-thread.
+the replay's wall clock with the engine *attached* to the driver's own event loop
+(`OpenAIEngine.attach`), so the driver, the dispatcher and the HTTP streams all run on one thread
+and a completion reaches the driver without crossing threads.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from maserve_prefect.clock import WallClock
@@ -64,7 +63,7 @@ def open_openai_replicas(
     deployments: Sequence[str],
     *,
     now: Callable[[], float],
-    deliver: Deliver,
+    deliver: Deliver | None,
     **engine_kwargs: object,
 ) -> tuple[list[Replica], Callable[[], None]]:
     """Start one engine for `target` and return a replica per deployment name, and a closer.
@@ -73,34 +72,39 @@ def open_openai_replicas(
         EngineError: the server is unreachable (discovery names the URL).
         ConfigError: the server has several models and the target names none.
     """
-    engine = OpenAIEngine(
-        target.base_url,
-        model=target.model,
-        name="openai",
-        now=now,
-        deliver=deliver,
-        **engine_kwargs,  # type: ignore[arg-type]
-    )
+    engine = _engine(target, now, deliver, engine_kwargs)
     engine.start()
     replicas: list[Replica] = [EngineAlias(engine, d) for d in deployments]
     return replicas, engine.close
 
 
+def _engine(
+    target: EngineTarget,
+    now: Callable[[], float],
+    deliver: Deliver | None,
+    kwargs: dict[str, object],
+) -> OpenAIEngine:
+    return OpenAIEngine(
+        target.base_url,
+        model=target.model,
+        name="openai",
+        now=now,
+        deliver=deliver,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
 def openai_replicas_factory(
     target: EngineTarget, **engine_kwargs: object
-) -> Callable[[WallClock, Sequence[str]], tuple[Sequence[Replica], Callable[[], None]]]:
+) -> Callable[[WallClock, Sequence[str]], tuple[Sequence[Replica], Callable[[], Awaitable[None]]]]:
     """The replay driver's factory for `target` (see the module docstring)."""
 
     def factory(
         clock: WallClock, deployments: Sequence[str]
-    ) -> tuple[Sequence[Replica], Callable[[], None]]:
-        loop = asyncio.get_running_loop()
-
-        def deliver(fn: Callable[[], None]) -> None:
-            loop.call_soon_threadsafe(fn)
-
-        return open_openai_replicas(
-            target, deployments, now=clock.now, deliver=deliver, **engine_kwargs
-        )
+    ) -> tuple[Sequence[Replica], Callable[[], Awaitable[None]]]:
+        # On the driver's own loop: completions reach the driver without a thread hop.
+        engine = _engine(target, clock.now, None, engine_kwargs).attach()
+        replicas: list[Replica] = [EngineAlias(engine, d) for d in deployments]
+        return replicas, engine.aclose
 
     return factory
