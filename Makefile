@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy maserve_prefect
+	$(BIN)/mypy maserve_prefect predictors flows tasks bindings
 
 clean:
 	rm -rf $(VENV) build *.egg-info
