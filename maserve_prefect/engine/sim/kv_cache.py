@@ -26,6 +26,18 @@ fails to allocate, at every step it stays blocked, which ties its counter to the
 ours counts the lookup that admitted the request, so fast-forwarded and stepped runs agree.
 `usage = 1 - free / num_blocks` (`vllm:kv_cache_usage_perc`).
 
+HEAR hooks (`hear_side.py`), all inert until used, so the default path is vLLM's exactly:
+- retention pins (`retention.py`): per-block pin levels; while any pinned block is free, taking
+  free blocks follows the retention rule (`_pop_pinned`), and requirement-pinned free blocks do
+  not count in `num_free_blocks` / `usage` (they cannot be allocated);
+- the host tier (`host_tier.py`): `on_evict` receives the hashes the GPU evicts, a lookup extends
+  the GPU prefix hit with the host tier's leading run, which the admission's allocation takes
+  out of the host tier once it is sure to fit (a lookup that does not admit changes nothing, so
+  stepping and fast-forward agree), `on_cache` sees every newly cached (block, hash), and
+  `host_loads` collects each admission's loaded block count for the step's transfer time;
+  `load_blocks` is a `CachePrepare`'s load onto free GPU blocks;
+- `compress` shrinks a request's block table for the `kv_budget` mode (`modes.py`) and caps it.
+
 Examples:
     >>> kv = KVCacheManager(num_blocks=4, block_size=16)
     >>> kv.usage
@@ -36,13 +48,18 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from maserve_prefect.engine.sim.kv_index import HashIndex
 from maserve_prefect.engine.sim.request import SimRequest
+from maserve_prefect.engine.sim.retention import HARD, NONE, SOFT, soft_order
 from maserve_prefect.errors import ConfigError, SimulationError
+
+if TYPE_CHECKING:
+    from maserve_prefect.engine.sim.host_tier import HostTier
 
 _SMALL = 4  # at most this many blocks: plain Python beats numpy's per-call overhead
 
@@ -80,6 +97,18 @@ class KVCacheManager:
         self._lookups: dict[int, tuple[int, np.ndarray]] = {}
         self._epoch = 0
         self.max_queue_entries = 2 * num_blocks + 64  # then `_compact_queue`
+        # HEAR hooks (module docstring); None / empty / zero while unused. Keep the instance
+        # under 30 attributes: CPython shares (and fast-paths) instance dict keys up to 29.
+        self.host: HostTier | None = None
+        self.on_evict: Callable[[list[int]], None] | None = None
+        self.on_cache: Callable[[np.ndarray, np.ndarray], None] | None = None
+        self.host_loads: list[tuple[SimRequest, int]] = []
+        self._host_pending: tuple[SimRequest, list[int]] | None = None
+        self._caps: dict[int, int] = {}  # request seq -> most blocks it may hold (kv_budget)
+        self.pin_level = np.zeros(num_blocks, dtype=np.int8)  # NONE / SOFT / HARD
+        self.pin_prio = np.zeros(num_blocks, dtype=np.float64)
+        self._num_pinned_free = 0  # pinned blocks on the free queue
+        self._num_hard_free = 0  # of them HARD: never allocatable
         self._reset_queue()
 
     def _reset_queue(self) -> None:
@@ -95,11 +124,17 @@ class KVCacheManager:
 
     @property
     def num_free_blocks(self) -> int:
-        return self._num_free
+        """Free blocks an allocation may take (requirement-pinned free blocks excluded)."""
+        return self._num_free - self._num_hard_free
 
     @property
     def usage(self) -> float:
-        return 1.0 - self._num_free / self.num_blocks
+        return 1.0 - (self._num_free - self._num_hard_free) / self.num_blocks
+
+    @property
+    def num_hard_pinned_free(self) -> int:
+        """Free blocks held back by requirement pins."""
+        return self._num_hard_free
 
     def blocks_of(self, req: SimRequest) -> list[int]:
         return self.req_blocks.get(req.seq, [])
@@ -141,19 +176,41 @@ class KVCacheManager:
                 if b < 0:
                     break
                 hits.append(b)
-            return hits, len(hits) * self.block_size
-        found = self._idx.find(hashes)
-        self._lookup = (req, found)  # the admission's hashing reuses it (see `_cache_many`)
-        misses = np.flatnonzero(found < 0)
-        num_hits = int(misses[0]) if len(misses) else max_blocks
-        return found[:num_hits].tolist(), num_hits * self.block_size
+        else:
+            found = self._idx.find(hashes)
+            self._lookup = (req, found)  # the admission's hashing reuses it (`_cache_full_blocks`)
+            misses = np.flatnonzero(found < 0)
+            num_hits = int(misses[0]) if len(misses) else max_blocks
+            hits = found[:num_hits].tolist()
+        if self.host is not None and len(hits) < max_blocks:
+            return hits, (len(hits) + self._host_run(req, hashes, len(hits))) * self.block_size
+        return hits, len(hits) * self.block_size
+
+    def _host_run(self, req: SimRequest, hashes: np.ndarray, start: int) -> int:
+        """Blocks after the GPU hit that the host tier holds (a leading run); the admission's
+        allocation loads them (`ensure_slots`)."""
+        host = self.host
+        assert host is not None
+        if not len(host):
+            return 0
+        rest = hashes[start:].tolist()
+        run = host.prefix_run(rest)
+        if run:
+            self._host_pending = (req, rest[:run])
+        return run
 
     def any_cached(self, hashes: np.ndarray) -> bool:
-        """Whether some block caches one of `hashes` (uint64 array)."""
-        return bool((self._idx.find(hashes) >= 0).any())
+        """Whether some block caches one of `hashes` (uint64 array), or the host tier holds
+        one (caching it on the GPU then changes the host tier too)."""
+        if bool((self._idx.find(hashes) >= 0).any()):
+            return True
+        host = self.host
+        return host is not None and len(host) > 0 and host.any_of(hashes.tolist())
 
     def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
-        """Count an admitted request's prefix lookup (queries and hits, in tokens)."""
+        """Count an admitted request's prefix lookup (queries and hits, in tokens). Host-tier
+        hits count in `host.num_hit_tokens`: the admission's load took them off the GPU hits
+        in advance (`_commit_host_load`)."""
         self.num_queried_tokens += num_tokens
         self.num_hit_tokens += num_hit_tokens
 
@@ -192,18 +249,35 @@ class KVCacheManager:
         if blocks is None:
             blocks = self.req_blocks[req.seq] = []
         num_new = -(-num_total_tokens // self.block_size) - len(blocks) - len(computed_blocks)
-        if num_new < 0:
+        pending = None
+        if num_new <= 0:  # most decode steps: nothing to take, nothing to check
             num_new = 0
+        else:
+            if self._caps and req.seq in self._caps:  # kv_budget: no block past its budget
+                num_new = max(0, min(num_new, self._caps[req.seq] - len(blocks)))
+            pending = self._host_pending  # an admission's host-tier run
         hits = None
         num_evictable = 0
         if computed_blocks:
             hits = np.asarray(computed_blocks, dtype=np.int64)
             num_evictable = int(np.count_nonzero(self.ref_cnt[hits] == 0))
-        if num_new + num_evictable > self._num_free:
+        need = num_new + num_evictable
+        # hard-pinned free blocks cannot be taken (only hit): they are not in the room
+        if (
+            need
+            and need > self._num_free - self._num_hard_free
+            and not (self._num_hard_free and self._fits_hard_hits(hits, need))
+        ):
             if not blocks:
                 del self.req_blocks[req.seq]
+            self._host_pending = None  # not admitted: the host tier stays as it was
             return None
+        if pending is not None:  # out of the host tier before evictions land there
+            assert self.host is not None and pending[0] is req
+            self.host.take(pending[1])
         if hits is not None:  # touch: a free cached block leaves the LRU queue
+            if self._num_pinned_free:
+                self._unfree_pins(hits[self.ref_cnt[hits] == 0])
             self._where[hits[self.ref_cnt[hits] == 0]] = -1
             self._num_free -= num_evictable
             self.ref_cnt[hits] += 1
@@ -224,7 +298,30 @@ class KVCacheManager:
             ):
                 lookup = None  # not this request's admission
             self._cache_full_blocks(req, blocks, num_total_tokens, lookup, new_arr, uncached)
+        if pending is not None:
+            self._commit_host_load(req)
         return new_blocks
+
+    def _fits_hard_hits(self, hits: np.ndarray | None, need: int) -> bool:
+        """Whether `need` blocks (hits leaving the free queue included) fit once the hits on
+        hard-pinned free blocks count as room: touching them takes nothing allocatable."""
+        if hits is None:
+            return False
+        hard_hits = (self.ref_cnt[hits] == 0) & (self.pin_level[hits] == HARD)
+        return need <= self._num_free - self._num_hard_free + int(np.count_nonzero(hard_hits))
+
+    def _commit_host_load(self, req: SimRequest) -> None:
+        """The admission that looked up host-tier blocks allocated: they are loaded."""
+        assert self._host_pending is not None and self._host_pending[0] is req
+        taken = self._host_pending[1]
+        self._host_pending = None
+        tokens = len(taken) * self.block_size
+        assert self.host is not None
+        self.host.num_hit_tokens += tokens
+        self.num_hit_tokens -= tokens  # `record_lookup` adds the whole hit next
+        if req.num_cached_tokens < 0:  # first admission: the request's own count
+            req.num_cached_cpu_tokens = tokens
+        self.host_loads.append((req, len(taken)))
 
     def append_blocks(self, owners: Sequence[SimRequest]) -> None:
         """Pop one free block per entry of `owners`, in order, onto that request's table.
@@ -234,8 +331,8 @@ class KVCacheManager:
         Raises:
             SimulationError: fewer free blocks than owners.
         """
-        if len(owners) > self._num_free:
-            raise SimulationError(f"{len(owners)} blocks asked for, {self._num_free} free")
+        if len(owners) > self.num_free_blocks:
+            raise SimulationError(f"{len(owners)} blocks asked for, {self.num_free_blocks} free")
         req_blocks = self.req_blocks
         for req, b in zip(owners, self._pop_free(len(owners)), strict=True):
             req_blocks[req.seq].append(b)
@@ -249,9 +346,12 @@ class KVCacheManager:
         """Take the `n` least recently freed blocks, evicting their hashes (they get new tokens)."""
         if n > _SMALL:
             return self._pop_free_array(n).tolist()
+        if self._num_pinned_free:
+            return self._pop_pinned(n).tolist()
         self._num_free -= n
         segs, where = self._segs, self._where
         taken: list[int] = []
+        evicted: list[int] | None = None if self.on_evict is None else []
         while len(taken) < n:
             seg = segs[0]
             arr, off, sid = seg
@@ -264,11 +364,17 @@ class KVCacheManager:
                 taken.append(b)
                 where[b] = -1
                 self.ref_cnt[b] = 1
+                if evicted is not None and self._idx.hashed[b]:
+                    evicted.append(int(self._idx.hash_val[b]))
                 self._idx.hashed[b] = False
+        if evicted:
+            self.on_evict(evicted)  # type: ignore[misc]
         return taken
 
     def _pop_free_array(self, n: int) -> np.ndarray:
         """`_pop_free` for n > `_SMALL`, as an int64 array."""
+        if self._num_pinned_free:
+            return self._pop_pinned(n)
         self._num_free -= n
         segs, where = self._segs, self._where
         parts = []
@@ -287,7 +393,70 @@ class KVCacheManager:
         got: np.ndarray = parts[0] if len(parts) == 1 else np.concatenate(parts)
         where[got] = -1
         self.ref_cnt[got] = 1
+        if self.on_evict is not None:
+            self._emit_evictions(got)
         self._idx.evict(got)  # its hash is no longer cached
+        return got
+
+    def _emit_evictions(self, got: np.ndarray) -> None:
+        idx = self._idx
+        gone = idx.hash_val[got][idx.hashed[got]]
+        if len(gone):
+            self.on_evict(gone.tolist())  # type: ignore[misc]
+
+    def _pop_pinned(self, n: int) -> np.ndarray:
+        """Take `n` free blocks by the retention rule (`retention.py`): unpinned ones in queue
+        order, then soft-pinned ones by lowest priority (oldest first among equal), never hard
+        ones. Pinned blocks passed over keep their order in a segment at the queue's front."""
+        segs, where, level = self._segs, self._where, self.pin_level
+        parts: list[np.ndarray] = []
+        kept: list[np.ndarray] = []
+        need = n
+        while need and segs:
+            seg = segs[0]
+            arr, off, sid = seg
+            window = arr[off:]
+            live = where[window] == sid
+            loose = live & (level[window] == NONE)
+            cum = np.cumsum(loose)
+            total = int(cum[-1]) if len(cum) else 0
+            if total <= need:
+                parts.append(window[loose])
+                kept.append(window[live & ~loose])
+                need -= total
+                self._num_entries -= len(segs.popleft()[0])
+            else:
+                cut = int(np.searchsorted(cum, need)) + 1  # through the need-th loose block
+                parts.append(window[:cut][loose[:cut]])
+                kept.append(window[:cut][(live & ~loose)[:cut]])
+                seg[1] = off + cut
+                need = 0
+        pinned = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+        if need:  # every unpinned free block is taken: soft pins by priority
+            soft = pinned[level[pinned] == SOFT]
+            chosen = soft[soft_order(self.pin_prio[soft])[:need]]
+            if len(chosen) < need:
+                raise SimulationError(
+                    f"{n} blocks asked for but only {n - need + len(chosen)} are free and not "
+                    "pinned by requirement (the caller's fit check was wrong)"
+                )
+            parts.append(chosen)
+            pinned = pinned[~np.isin(pinned, chosen)]
+            self._unfree_pins(chosen)
+            level[chosen] = NONE
+            self.pin_prio[chosen] = 0.0
+        if len(pinned):
+            sid = next(self._sid)
+            where[pinned] = sid
+            segs.appendleft([pinned, 0, sid])
+            self._num_entries += len(pinned)
+        got = np.concatenate(parts) if len(parts) != 1 else parts[0]
+        self._num_free -= n
+        where[got] = -1
+        self.ref_cnt[got] = 1
+        if self.on_evict is not None:
+            self._emit_evictions(got)
+        self._idx.evict(got)
         return got
 
     def _cache_full_blocks(
@@ -334,6 +503,8 @@ class KVCacheManager:
                 # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
                 if not idx.hashed[b] and idx.find_one(h) < 0:
                     idx.add_one(b, h)
+                    if self.on_cache is not None:
+                        self.on_cache(np.array([b]), np.array([h], dtype=np.uint64))
         else:
             tail = len(blocks) - (0 if new_arr is None else len(new_arr))
             if new_arr is not None and start >= tail:
@@ -362,6 +533,8 @@ class KVCacheManager:
             if not ok.all():
                 sb, sh = sb[ok], sh[ok]
             idx.add(sb, sh)
+            if self.on_cache is not None and len(sb):
+                self.on_cache(sb, sh)
         if lookup is not None:
             self._lookups[req.seq] = (self._epoch, lookup[1])
         elif kept is not None:
@@ -373,6 +546,8 @@ class KVCacheManager:
         self._lookups.pop(req.seq, None)
         blocks = self.req_blocks.pop(req.seq, None)
         self.num_cached_blocks.pop(req.seq, None)
+        if self._caps:
+            self._caps.pop(req.seq, None)
         if not blocks:
             return
         arr = np.array(blocks[::-1], dtype=np.int64)
@@ -380,13 +555,82 @@ class KVCacheManager:
         ref[arr] -= 1
         zero = arr[ref[arr] == 0]
         if len(zero):
-            sid = next(self._sid)
-            self._where[zero] = sid
-            self._segs.append([zero, 0, sid])
-            self._num_free += len(zero)
-            self._num_entries += len(zero)
-            if self._num_entries > self.max_queue_entries:
-                self._compact_queue()
+            self._push_free(zero)
+
+    def _push_free(self, zero: np.ndarray) -> None:
+        """Append unreferenced blocks to the free queue's tail, in order."""
+        sid = next(self._sid)
+        self._where[zero] = sid
+        self._segs.append([zero, 0, sid])
+        self._num_free += len(zero)
+        self._num_entries += len(zero)
+        lv = self.pin_level[zero]  # per freed batch, not per step: cheap enough to always do
+        if lv.any():
+            self._num_pinned_free += int(np.count_nonzero(lv))
+            self._num_hard_free += int(np.count_nonzero(lv == HARD))
+        if self._num_entries > self.max_queue_entries:
+            self._compact_queue()
+
+    # -- HEAR: pins, prepared loads, compression -------------------------------------------
+
+    def _unfree_pins(self, blocks: np.ndarray) -> None:
+        """Pinned blocks among `blocks` leave the free queue (touched or taken)."""
+        lv = self.pin_level[blocks]
+        self._num_pinned_free -= int(np.count_nonzero(lv))
+        self._num_hard_free -= int(np.count_nonzero(lv == HARD))
+
+    def set_pin(self, block: int, level: int, priority: float = 0.0) -> None:
+        """Set one block's pin level (NONE / SOFT / HARD) and retention priority."""
+        old = int(self.pin_level[block])
+        self.pin_level[block] = level
+        self.pin_prio[block] = priority if level else 0.0
+        if self.ref_cnt[block] == 0:  # free: on the queue
+            self._num_pinned_free += (level != NONE) - (old != NONE)
+            self._num_hard_free += (level == HARD) - (old == HARD)
+
+    def block_of(self, block_hash: int) -> int:
+        """The GPU block caching `block_hash`, or -1."""
+        return self._idx.find_one(block_hash)
+
+    def load_blocks(self, hashes: Sequence[int]) -> list[int]:
+        """Cache `hashes` (distinct, cached on no GPU block) in free blocks, as many as fit:
+        a `CachePrepare` load. The blocks join the free queue's tail (most recently used);
+        taking them evicts LRU blocks as any allocation does. Returns the blocks used."""
+        n = min(len(hashes), self.num_free_blocks)
+        if n <= 0:
+            return []
+        got = np.asarray(self._pop_free(n), dtype=np.int64)
+        hv = np.array(hashes[:n], dtype=np.uint64)
+        self._idx.add(got, hv)
+        self._epoch += 1  # cached hashes changed: kept lookups are stale
+        self._lookup = None
+        if self.on_cache is not None:
+            self.on_cache(got, hv)
+        self.ref_cnt[got] = 0
+        self._push_free(got)
+        return got.tolist()
+
+    def compress(self, req: SimRequest, keep_blocks: int) -> int:
+        """Hold `req` to at most `keep_blocks` blocks from now on (`kv_budget` mode): its blocks
+        past the first `keep_blocks` are freed (hashed ones stay cached), no further block of
+        it is hashed. Returns the blocks freed."""
+        blocks = self.req_blocks.get(req.seq)
+        self._caps[req.seq] = keep_blocks
+        self.num_cached_blocks[req.seq] = 1 << 62  # its later blocks hold compressed KV
+        self._lookups.pop(req.seq, None)
+        if not blocks or len(blocks) <= keep_blocks:
+            return 0
+        tail = blocks[keep_blocks:]
+        del blocks[keep_blocks:]
+        arr = np.array(tail[::-1], dtype=np.int64)
+        self.ref_cnt[arr] -= 1
+        zero = arr[self.ref_cnt[arr] == 0]
+        if len(zero):
+            self._push_free(zero)
+        return len(tail)
+
+    def is_compressed(self, req: SimRequest) -> bool:
+        return req.seq in self._caps
 
     def _compact_queue(self) -> None:
         """Rewrite the queue as one segment of its live entries (touched blocks leave stale
@@ -412,6 +656,10 @@ class KVCacheManager:
                 "free them (finish or abort) first"
             )
         self._idx.reset()
+        self.pin_level[:] = NONE
+        self.pin_prio[:] = 0.0
+        self._num_pinned_free = self._num_hard_free = 0
+        self._host_pending = None
         self._reset_queue()
 
     # -- checks ----------------------------------------------------------------------------
@@ -437,3 +685,16 @@ class KVCacheManager:
         for h, b in self.cached.items():
             if self._idx.find_one(h) != b:
                 raise SimulationError(f"cache index points block {b} at a stale hash")
+        self._check_pins(np.asarray(queue, dtype=np.int64))
+
+    def _check_pins(self, queue: np.ndarray) -> None:
+        lv = self.pin_level
+        on_queue = lv[queue]
+        counts = (int(np.count_nonzero(on_queue)), int(np.count_nonzero(on_queue == HARD)))
+        if counts != (self._num_pinned_free, self._num_hard_free):
+            raise SimulationError(
+                f"KV pin counts (free, hard free) {counts} disagree with the kept "
+                f"{(self._num_pinned_free, self._num_hard_free)}"
+            )
+        if np.any(lv[~self._idx.hashed[: self.num_blocks]] != NONE):
+            raise SimulationError("a KV block without a cached hash carries a pin")

@@ -36,7 +36,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from maserve_prefect.engine.catalog import lifecycle as lc
 from maserve_prefect.engine.catalog.lifecycle import LifecyclePlan
@@ -54,6 +54,7 @@ from maserve_prefect.engine.sim.device import (
     ReplicaStatus,
 )
 from maserve_prefect.engine.sim.device_time import DeviceTimeRow
+from maserve_prefect.engine.sim.host_tier import HostTierConfig
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.lifecycle_exec import DONE_EVENT, PoolReplica, execute_plan
 from maserve_prefect.engine.sim.pool_export import device_time_rows, step_rows
@@ -83,6 +84,8 @@ class SimPool:
             Models are cached per (deployment, GPU), so replicas share them.
         log: optional event log shared by the pool and its replicas.
         check_invariants: replicas run the full invariant check after every step (tests).
+        host_kv_bytes: host-memory KV tier per replica (`engine/sim/host_tier.py`): one size
+            for every deployment, or sizes by deployment name (absent or 0: no host tier).
     """
 
     def __init__(
@@ -93,8 +96,10 @@ class SimPool:
         cost_model: CostFactory = roofline_costs,
         log: list[LogEntry] | None = None,
         check_invariants: bool = False,
+        host_kv_bytes: int | Mapping[str, int] = 0,
     ) -> None:
         self.clock = clock
+        self.host_kv_bytes = host_kv_bytes
         self._slots: dict[str, DeviceSlot] = {}
         for d in devices:
             slot = d if isinstance(d, DeviceSlot) else DeviceSlot.parse(d)
@@ -238,6 +243,7 @@ class SimPool:
         try:
             kv = min(dep.kv_bytes(s.gpu) for s in slots)
             blocks = min(dep.num_gpu_blocks(s.gpu) for s in slots)
+            host = self._host_tier(dep, slots[0])
         except ConfigError as exc:
             return self._reject(LifecycleAction.LOAD, name, str(exc), on_done)
         plan = lc.load_plan(dep.spec, gpu, kv, dep.weight_source, dep.tp, dep.params())
@@ -254,6 +260,7 @@ class SimPool:
             deployment=dep.name,
             log=self.log,
             check_invariants=self.check_invariants,
+            host_tier=host,
         )
         entry = PoolReplica(name, dep, tuple(slots), engine, kv, process)
         self._replicas[name] = entry
@@ -347,6 +354,14 @@ class SimPool:
         if key not in self._costs:
             self._costs[key] = self._cost_factory(dep, slot)
         return self._costs[key]
+
+    def _host_tier(self, dep: Deployment, slot: DeviceSlot) -> HostTierConfig | None:
+        size = self.host_kv_bytes
+        nbytes = size if isinstance(size, int) else size.get(dep.name, 0)
+        if not nbytes:
+            return None
+        block_size = dep.scheduler_config(slot.gpu).block_size
+        return HostTierConfig.of(nbytes, dep.spec, slot.gpu, block_size, dep.tp)
 
     def _new_name(self, dep: Deployment, devices: list[str]) -> str:
         base = f"{dep.name}@{'+'.join(devices)}"

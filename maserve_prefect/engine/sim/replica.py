@@ -22,6 +22,17 @@ show. One aggregated `StepRecord` with `num_steps=k` stands for the run. Needs a
 exact replay live in `fast_forward.py`. Consecutive full-budget chunks of one prefill are merged
 the same way (exact per-step costs, one timeline sample per step; `prefill_run.py`).
 
+HEAR (`hear_side.py`): controls are resolved by `hear.force.resolve` against
+`hear_capabilities()` — every HEAR control is supported (`Priority` only under the priority
+policy; cache controls while prefix caching is on; the CPU tier with a host tier). Cache controls
+also go through `control(controls)` outside a submission, and `hear_state()` reports residency
+per tier. A control sent while a fast-forwarded run is in flight cuts the run (as an arrival does) and
+allocates the KV of its steps already started at once, so it is judged and applied on the KV
+state stepping would have; a `MaxWait` deadline cuts a run the same way. A `CachePrepare` load runs between
+steps and holds the replica for its transfer time; host-tier hits at admission lengthen the step
+that schedules the request. Non-dense execution modes (`modes.py`) change a request's decode
+context and held blocks; while one is in flight, decode steps are taken one by one.
+
 Event log (optional list): `(t_s, event, request_id, detail)` with events `arrive`, `schedule`
 (detail = prefix-hit tokens), `preempt` (detail = preemptions so far), `first_token` and `finish`
 (detail = output tokens).
@@ -54,7 +65,6 @@ from maserve_prefect.engine.protocol import (
     Control,
     EngineState,
     ExecutionMode,
-    Force,
     Intent,
     Outcome,
     OutcomeStatus,
@@ -75,7 +85,15 @@ from maserve_prefect.engine.sim.fast_forward import (
     run_cost,
     steps_before,
 )
+from maserve_prefect.engine.sim.hear_side import SimHear
+from maserve_prefect.engine.sim.host_tier import HostTierConfig
 from maserve_prefect.engine.sim.kv_cache import KVCacheManager, cdiv
+from maserve_prefect.engine.sim.modes import (
+    DEFAULT_MODE_PARAMS,
+    DEFAULT_MODES,
+    ModeBook,
+    ModeParams,
+)
 from maserve_prefect.engine.sim.prefill_run import PrefillRun, plan_prefill_run
 from maserve_prefect.engine.sim.records import (
     SERIES,
@@ -94,14 +112,38 @@ from maserve_prefect.engine.sim.scheduler import (
     StepUpdate,
 )
 from maserve_prefect.errors import SimulationError
+from maserve_prefect.hear.capabilities import HearCapabilities
+from maserve_prefect.hear.controls import (
+    CachePrepare,
+    CacheRelease,
+    CacheRetain,
+    MaxWait,
+    OrderingKey,
+)
+from maserve_prefect.hear.force import Resolution
+from maserve_prefect.hear.intents import IntentMessage
+from maserve_prefect.hear.state import StateReport
 
 LogEntry = tuple[float, str, str, int]
 
 __all__ = ["SERIES", "LogEntry", "SimReplica"]
 
 
-class _Unsupported(Exception):
-    pass
+class _Hooks:
+    """A replica's HEAR-side state, in one attribute: the replica stays under CPython's 30
+    shared instance-dict keys, past which every attribute access on its hot path slows."""
+
+    __slots__ = ("hear", "host_loads", "modal", "modes", "prepares", "run_allocated")
+
+    def __init__(self, modes: ModeBook, host_loads: list[tuple[SimRequest, int]]) -> None:
+        self.modes = modes
+        self.modal = modes.in_flight  # non-dense requests in flight (tested per step)
+        self.host_loads = host_loads  # the KV cache's admissions' host-tier loads (per step)
+        self.prepares: list[tuple[int, ...]] = []  # CachePrepare loads for the next gap
+        self.run_allocated = False  # the run in flight allocated its KV early (`_materialize`)
+        # built on first use (or at once, for a host tier): its KV hooks cost a little on
+        # every eviction, which a replica that never uses HEAR should not pay
+        self.hear: SimHear | None = None
 
 
 @dataclass(slots=True)
@@ -126,9 +168,12 @@ class SimReplica:
         config: scheduler settings (vLLM defaults).
         name: replica name used in records.
         deployment: the deployment it serves; "" accepts any.
-        modes: execution modes it can run in.
+        modes: execution modes it can run in (the first is the default); `modes.py` says
+            which of them change what the simulator computes.
         log: optional list that receives the event log.
         check_invariants: run the full invariant check after every step (tests).
+        host_tier: a host-memory KV tier (`host_tier.py`), or None for the GPU tier only.
+        mode_params: parameters of the modeled execution modes.
     """
 
     def __init__(
@@ -139,9 +184,11 @@ class SimReplica:
         config: SchedulerConfig | None = None,
         name: str = "replica-0",
         deployment: str = "",
-        modes: tuple[str, ...] = ("default",),
+        modes: tuple[str, ...] = DEFAULT_MODES,
         log: list[LogEntry] | None = None,
         check_invariants: bool = False,
+        host_tier: HostTierConfig | None = None,
+        mode_params: ModeParams = DEFAULT_MODE_PARAMS,
     ) -> None:
         self.clock = clock
         self.cost_model = cost_model
@@ -174,13 +221,21 @@ class SimReplica:
         self._affine: dict[int, DecodeAffine] = {}
         self._ff_prefill = self._ff and self.config.fast_forward_prefill
         self._run: _Run | PrefillRun | None = None  # the fast-forwarded run in flight
+        self._hx = _Hooks(ModeBook(mode_params), self.kv.host_loads)
+        if host_tier is not None:
+            self._hx.hear = SimHear(self, host_tier)
 
     # -- Replica protocol ------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
         prio = self.config.policy is Policy.PRIORITY
+        types: tuple[type[Control], ...] = (ExecutionMode, OrderingKey, MaxWait)
+        if prio:
+            types += (Priority,)
+        if self.config.enable_prefix_caching:
+            types += (CachePrepare, CacheRetain, CacheRelease)
         return Capabilities(
-            control_types=(ExecutionMode, Priority) if prio else (ExecutionMode,),
+            control_types=types,
             accepts_token_ids=True,
             length_lock=True,
             priority_scheduling=prio,
@@ -197,28 +252,129 @@ class SimReplica:
         reason = self._rejection(request)
         if reason:
             return Ticket(rid, Acceptance.REJECTED, reason)
-        try:
-            priority, mode, notes = self._resolve_controls(request, controls)
-        except _Unsupported as exc:
-            return Ticket(rid, Acceptance.UNSUPPORTED, str(exc))
+        plan = None
+        if controls:
+            self._materialize()  # cache controls are judged on the KV state stepping has now
+            plan = self.hear.plan_submit(request, controls)
+        if isinstance(plan, str):
+            return Ticket(rid, Acceptance.UNSUPPORTED, plan)
+        notes = plan.notes if plan is not None else ()
         ticket = Ticket(rid, Acceptance.ACCEPTED, notes=notes)
         sreq = SimRequest(
             request,
             seq=next(self._seq),
             arrival_s=self.clock.now(),
-            priority=priority,
+            priority=request.priority if plan is None else plan.priority,
             block_size=self.config.block_size,
             ticket=ticket,
-            realized_mode=mode,
+            realized_mode=self.modes[0] if plan is None else plan.mode,
             notes=notes,
         )
         self._by_id[rid] = sreq
+        if plan is not None:
+            self._apply_plan(sreq, plan.ordering_key, plan.max_wait_s, plan.cache)
         self.clock.call_at(sreq.arrival_s, lambda: self._arrive(sreq), URGENT, f"arrive {rid}")
         return ticket
 
-    def inform(self, intent: Intent) -> None:
-        """Record an intent; it never changes what the replica does."""
-        self.intents.append(intent)
+    def _apply_plan(
+        self,
+        sreq: SimRequest,
+        ordering_key: float,
+        max_wait_s: float | None,
+        cache: tuple[Control, ...],
+    ) -> None:
+        sreq.ordering_key = ordering_key
+        self._hx.modes.admit(sreq)
+        if max_wait_s is not None:
+            if max_wait_s == 0:
+                sreq.protected = True
+            else:
+                t = sreq.arrival_s + max_wait_s
+                self.clock.call_at(t, lambda: self._protect(sreq), URGENT, f"max_wait {sreq.seq}")
+        if cache:
+            self.kv_effect(lambda: self._hx.prepares.extend(self.hear.apply_cache(cache)))
+
+    # -- HEAR ------------------------------------------------------------------------------
+
+    @property
+    def hear(self) -> SimHear:
+        """This replica's HEAR side (built on first use)."""
+        if self._hx.hear is None:
+            self._hx.hear = SimHear(self, None)
+        return self._hx.hear
+
+    def hear_capabilities(self) -> HearCapabilities:
+        return self.hear.capabilities
+
+    def control(self, controls: Sequence[Control]) -> Resolution:
+        """Cache controls outside a submission (retain / release / prepare after a turn).
+
+        Applied unless a requirement is unsatisfied (then nothing is), at the current instant
+        (see the module docstring for runs in flight); the answer says what was honoured,
+        dropped and why.
+
+        Examples:
+            >>> from maserve_prefect.engine.sim.kernel import Kernel
+            >>> from maserve_prefect.engine.protocol import Force
+            >>> from maserve_prefect.hear.controls import CacheRetain, Tier
+            >>> from maserve_prefect.hear.subjects import ContextRef
+            >>> rep = SimReplica(Kernel(), None, num_gpu_blocks=8)  # type: ignore[arg-type]
+            >>> keep = CacheRetain(ContextRef("s"), (1,), 0.5, tier=Tier.CPU,
+            ...                    force=Force.REQUIREMENT)
+            >>> rep.control([keep]).acceptance.value   # no host tier here
+            'unsupported'
+        """
+        self._materialize()  # resolution reads the KV state stepping would have now
+        res = self.hear.resolve(controls, request_scoped=False)
+        if not res.unsatisfied and res.honoured:
+            honoured = res.honoured
+            self.kv_effect(lambda: self._hx.prepares.extend(self.hear.apply_cache(honoured)))
+        return res
+
+    def hear_state(self) -> StateReport:
+        """Residency per tier, capacity, queues and pressure now (a snapshot; reserves
+        nothing). Inside a fast-forwarded run, residency is as of the run's start (the blocks
+        its steps take are allocated at its end); counts and usage are as `state()` gives."""
+        return self.hear.state_report()
+
+    def kv_effect(self, fn: Callable[[], None]) -> None:
+        """Run `fn` (a change to pins or the load queue) now, on the KV state stepping would
+        have now (`_materialize`)."""
+        self._materialize()
+        fn()
+        self._kick()
+
+    def _materialize(self) -> None:
+        """Bring a fast-forwarded run in flight to the state stepping has now: cut it to the
+        steps started before now and allocate their KV at once (at its end it would allocate
+        the same blocks, nothing else touching this KV cache meanwhile), so KV checks and
+        changes made now see and act on exactly what they would under stepping."""
+        run = self._run
+        if run is None:
+            return
+        self._truncate_run()
+        if not self._hx.run_allocated:
+            if isinstance(run, PrefillRun):
+                run.allocate(self.scheduler)
+            else:
+                allocate_run(self.scheduler, run.k)
+            self._hx.run_allocated = True
+
+    def _protect(self, sreq: SimRequest) -> None:
+        if sreq.status.is_finished:
+            return
+        if self._run is not None:
+            self._truncate_run()
+        self.scheduler.protect(sreq)
+        self._kick()
+
+    def inform(self, intent: Intent | IntentMessage) -> None:
+        """Record an intent (seam `Intent`s in `intents`, typed HEAR intents in
+        `hear.intents`); it never changes what the replica does."""
+        if isinstance(intent, Intent):
+            self.intents.append(intent)
+        else:
+            self.hear.intents.inform(intent)
 
     def state(self) -> EngineState:
         lifecycle = "paused" if self._paused else ("running" if self._accepting else "draining")
@@ -227,13 +383,15 @@ class SimReplica:
         run = self._run
         if isinstance(run, PrefillRun):  # what stepping would show now, inside the run
             j = run.steps_before(self.clock.now())
-            num_free -= run.blocks_after(j)
+            if not self._hx.run_allocated:
+                num_free -= run.blocks_after(j)
             num_steps += j - 1
         elif run is not None:
             j = steps_before(
                 self.clock.now(), run.start_s, run.aff, run.ctx0, run.aff.num_seqs, run.k
             )
-            num_free -= blocks_held_after(self.scheduler, j)
+            if not self._hx.run_allocated:
+                num_free -= blocks_held_after(self.scheduler, j)
             num_steps += j - 1
         values = self._sample_values()
         usage = 1.0 - num_free / self.kv.num_blocks
@@ -294,6 +452,9 @@ class SimReplica:
                 "wait for on_idle first"
             )
         self.kv.reset_prefix_cache()
+        self._hx.prepares = []
+        if self._hx.hear is not None:
+            self._hx.hear.reset()
 
     @property
     def is_idle(self) -> bool:
@@ -331,24 +492,6 @@ class SimReplica:
             )
         return ""
 
-    def _resolve_controls(
-        self, request: Request, controls: Sequence[Control]
-    ) -> tuple[int, str, tuple[str, ...]]:
-        priority, mode, notes = request.priority, self.modes[0], []
-        for c in controls:
-            if isinstance(c, Priority) and self.config.policy is Policy.PRIORITY:
-                priority = c.value
-            elif isinstance(c, ExecutionMode) and c.mode in self.modes:
-                mode = c.mode
-            elif isinstance(c, ExecutionMode) and any(m in self.modes for m in c.fallback):
-                mode = next(m for m in c.fallback if m in self.modes)
-                notes.append(f"mode {c.mode!r} unsupported; fell back to {mode!r}")
-            elif c.force is Force.REQUIREMENT:
-                raise _Unsupported(f"{self.name} cannot honour required {c!r}")
-            else:
-                notes.append(f"preference {c!r} not supported; ignored")
-        return priority, mode, tuple(notes)
-
     # -- the engine loop -------------------------------------------------------------------
 
     def _arrive(self, sreq: SimRequest) -> None:
@@ -359,14 +502,21 @@ class SimReplica:
         self._kick()
 
     def _kick(self) -> None:
-        if self._busy or self._paused or self._start_pending or not self.scheduler.has_work():
+        if self._busy or self._paused or self._start_pending:
+            return
+        if not (self.scheduler.has_work() or self._hx.prepares):
             return
         self._start_pending = True
         self.clock.call_at(self.clock.now(), self._start_step, LATE, f"{self.name} step")
 
     def _start_step(self) -> None:
         self._start_pending = False
-        if self._busy or self._paused or not self.scheduler.has_work():
+        if self._busy or self._paused:
+            return
+        if self._hx.prepares:  # a CachePrepare load holds the replica before the next step
+            self._start_transfer()
+            return
+        if not self.scheduler.has_work():
             return
         now = self.clock.now()
         out = self.scheduler.schedule()
@@ -379,6 +529,8 @@ class SimReplica:
             self._log(now, "schedule", rid, sreq.num_computed_tokens)
         if not out.scheduled:
             if not out.preempted:
+                if self.kv.num_hard_pinned_free:
+                    return  # the free blocks are pinned by requirement: wait for a release
                 raise SimulationError(
                     f"{self.name}: nothing schedulable with {len(self.scheduler.running)} "
                     f"running and {self.scheduler.num_waiting} waiting; scheduler is stuck"
@@ -391,6 +543,10 @@ class SimReplica:
     def _plan_run(self, out: SchedulerOutput, now: float) -> None:
         """Schedule the end of one step, or of a fast-forwarded run of `k` decode or chunked
         prefill steps."""
+        hx = self._hx
+        if hx.host_loads:  # admissions loaded host-tier blocks: this step takes longer
+            self._plan_step(out, now, self.hear.admission_loads())
+            return
         if self._ff_prefill:
             prun = plan_prefill_run(self.scheduler, out, now, self.cost_model)
             if prun is not None:
@@ -400,7 +556,7 @@ class SimReplica:
                 )
                 self._run = prun
                 return
-        if self._ff:
+        if self._ff and not hx.modal:
             n = len(out.scheduled)
             aff = self._affine.get(n)
             if aff is None:
@@ -415,8 +571,34 @@ class SimReplica:
                 )
                 self._run = run
                 return
+        if hx.modal:
+            self._plan_step(out, now, 0.0)
+            return
         chunks = [ScheduledChunk(it.num_new_tokens, it.num_computed_before) for it in out.scheduled]
         cost = self.cost_model.step_cost(chunks)
+        end_s = now + cost.total_s
+        self.clock.call_at(
+            end_s, lambda: self._end_step(out, now, end_s, 1, cost), NORMAL, self.name
+        )
+
+    def _plan_step(self, out: SchedulerOutput, now: float, extra_s: float) -> None:
+        """One step on its own, with non-dense modes' contexts and `extra_s` (host-tier loads,
+        charged as overhead)."""
+        if self._hx.modal:
+            by_seq = self.scheduler.by_seq
+            items = [
+                (by_seq[it.seq], it.num_new_tokens, it.num_computed_before) for it in out.scheduled
+            ]
+            chunks = self._hx.modes.chunks(items)
+        else:
+            chunks = [
+                ScheduledChunk(it.num_new_tokens, it.num_computed_before) for it in out.scheduled
+            ]
+        cost = self.cost_model.step_cost(chunks)
+        if extra_s:
+            cost = StepCost(
+                cost.linear_s, cost.attention_s, cost.lm_head_s, cost.overhead_s + extra_s
+            )
         end_s = now + cost.total_s
         self.clock.call_at(
             end_s, lambda: self._end_step(out, now, end_s, 1, cost), NORMAL, self.name
@@ -448,16 +630,38 @@ class SimReplica:
         end_s = run.start_s + aff.base_s * j + run_cost(aff, run.ctx0, j).attention_s
         run.handle = self.clock.call_at(end_s, lambda: self._end_run(run), NORMAL, self.name)
 
+    def _start_transfer(self) -> None:
+        batches, self._hx.prepares = self._hx.prepares, []
+        seconds = self.hear.load_prepared(batches)
+        if seconds <= 0.0:
+            self._kick()
+            return
+        self._busy = True
+        self.clock.call_at(
+            self.clock.now() + seconds, self._end_transfer, NORMAL, f"{self.name} prepare"
+        )
+
+    def _end_transfer(self) -> None:
+        self._busy = False
+        self._kick()
+        self._notify_idle()
+
     def _end_run(self, run: _Run) -> None:
         self._run = None
-        allocate_run(self.scheduler, run.k)
+        if self._hx.run_allocated:
+            self._hx.run_allocated = False
+        else:
+            allocate_run(self.scheduler, run.k)
         cost = run_cost(run.aff, run.ctx0, run.k)
         self._end_step(run.out, run.start_s, self.clock.now(), run.k, cost, StepKind.DECODE)
 
     def _end_prefill_run(self, run: PrefillRun) -> None:
         self._run = None
         k = run.k
-        run.allocate(self.scheduler)
+        if self._hx.run_allocated:
+            self._hx.run_allocated = False
+        else:
+            run.allocate(self.scheduler)
         run.req.num_computed_tokens += (k - 1) * run.chunk  # `_end_step` adds the last chunk
         if k > 1:  # steps 0..k-2 end with only KV usage moved (see `prefill_run.py`)
             base = run.base_values
@@ -484,6 +688,8 @@ class SimReplica:
         if run_kind is None:
             num_tokens_of = {it.request_id: by_seq[it.seq].num_tokens for it in out.scheduled}
         upd = self.scheduler.update_from_output(out)
+        if self._hx.modal:
+            self._compress(out)
         if run_kind is StepKind.DECODE and num_steps > 1:
             finished_first = self.scheduler.advance_decode(num_steps - 1)
             upd = StepUpdate(upd.first_token + finished_first.first_token, finished_first.finished)
@@ -514,6 +720,8 @@ class SimReplica:
         self.timeline.sample(end_s, self._sample_values())
         if self.debug_checks:
             self.scheduler.check_invariants()
+            if self._hx.hear is not None:
+                self._hx.hear.check_invariants()
         for req in upd.first_token:
             req.first_token_s = end_s
             self._log(end_s, "first_token", req.request_id, req.num_output_tokens)
@@ -522,14 +730,38 @@ class SimReplica:
             self._finish(req, end_s)
         self._kick()
         if self._idle_cbs and self.is_idle:
+            self._notify_idle()
+
+    def _notify_idle(self) -> None:
+        if self._idle_cbs and self.is_idle:
             cbs, self._idle_cbs = self._idle_cbs, []
             for cb in cbs:
                 cb()
+
+    def _compress(self, out: SchedulerOutput) -> None:
+        """`kv_budget` requests whose prompt this step completed drop to their KV budget."""
+        by_seq = self.scheduler.by_seq
+        reqs = [by_seq[it.seq] for it in out.scheduled if it.seq in by_seq]
+        bs = self.kv.block_size
+        for req, keep in self._hx.modes.to_compress(reqs):
+            if self.kv.is_compressed(req):
+                continue
+            keep_blocks = cdiv(keep, bs)
+            freed = self.kv.compress(req, keep_blocks)
+            req.notes = (
+                *req.notes,
+                f"kv_budget: KV held to {keep} tokens ({keep_blocks} blocks) after prefill; "
+                f"{freed} blocks freed",
+            )
 
     def _finish(self, req: SimRequest, end_s: float) -> None:
         req.finish_s = end_s
         self.num_finished += 1
         del self._by_id[req.request_id]
+        if self._hx.modal:
+            self._hx.modes.done(req)
+        if self._hx.hear is not None:
+            self._hx.hear.finished(req)
         self._log(end_s, "finish", req.request_id, req.num_output_tokens)
         req.ticket.resolve(
             Outcome(

@@ -76,7 +76,10 @@ class SimRequest:
     num_output_tokens: int = 0
     num_computed_tokens: int = 0
     num_cached_tokens: int = -1
+    num_cached_cpu_tokens: int = 0  # of `num_cached_tokens`, loaded from the host KV tier
     num_preemptions: int = 0
+    ordering_key: float = 0.0  # HEAR `OrderingKey`: lower first among equal priority
+    protected: bool = False  # HEAR `MaxWait` ran out: ahead of every unprotected request
     first_scheduled_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None

@@ -10,6 +10,15 @@ on `(priority, arrival, seq)`) while the budget lasts and fewer than `max_num_se
 lookup precedes the first allocation, and the first request that cannot allocate blocks everyone
 behind it (head-of-line blocking). The output is a plain record of decisions and never aliases
 live state; `update_from_output` advances computed tokens, samples tokens and finishes requests.
+
+HEAR's request-scoped controls (`hear_side.py`) change only the waiting order, and leave it as
+above while no request uses them: a *protected* request (its `MaxWait` ran out) waits ahead of
+every unprotected one, protected ones by arrival (longest wait first); among the unprotected, a
+lower `ordering_key` goes first (after priority under the priority policy; the heap key becomes
+`(protected?, priority, ordering_key, arrival, seq)`). Under FCFS a request with a key is
+inserted behind every waiting request whose key is not larger, so keys all 0 keep arrival
+order; preempted requests still go to the front of the unprotected ones (vLLM). The priority
+policy's preemption victim is the max of `(priority, ordering_key, arrival, seq)`.
 """
 
 from __future__ import annotations
@@ -85,6 +94,14 @@ class SchedulerConfig:
         return cls(**kw)  # type: ignore[arg-type]
 
 
+def _heap_entry(req: SimRequest) -> tuple[int, int, float, float, int, SimRequest]:
+    """Priority-policy heap key: protected first (by arrival), then priority, ordering key,
+    arrival, admission sequence."""
+    if req.protected:
+        return (0, 0, 0.0, req.arrival_s, req.seq, req)
+    return (1, req.priority, req.ordering_key, req.arrival_s, req.seq, req)
+
+
 class AdmitStop(Enum):
     """Why waiting admission stopped (decides whether a decode run may be fast-forwarded)."""
 
@@ -133,10 +150,12 @@ class Scheduler:
         self.kv = kv
         self.running: list[SimRequest] = []
         self._fcfs: deque[SimRequest] = deque()
-        self._heap: list[tuple[int, float, int, SimRequest]] = []
+        self._heap: list[tuple[int, int, float, float, int, SimRequest]] = []
         self.by_seq: dict[int, SimRequest] = {}
         self.num_preemptions_total = 0
         self._just_admitted: set[int] = set()
+        self._ordered = False  # FCFS: some request carried an ordering key or protection
+        self.num_protected = 0  # protected requests waiting
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -147,29 +166,70 @@ class Scheduler:
     def waiting(self) -> list[SimRequest]:
         """Waiting requests in admission order (a copy)."""
         if self.config.policy is Policy.PRIORITY:
-            return [entry[3] for entry in sorted(self._heap, key=lambda e: e[:3])]
+            return [entry[5] for entry in sorted(self._heap, key=lambda e: e[:5])]
         return list(self._fcfs)
 
     def add_request(self, req: SimRequest) -> None:
         self.by_seq[req.seq] = req
+        if req.ordering_key or req.protected:
+            self._ordered = True
         self._push_waiting(req, front=False)
 
     def _push_waiting(self, req: SimRequest, front: bool) -> None:
         if self.config.policy is Policy.PRIORITY:
-            heapq.heappush(self._heap, (req.priority, req.arrival_s, req.seq, req))
+            heapq.heappush(self._heap, _heap_entry(req))
+        elif self._ordered:
+            self._insert_ordered(req, front)
         elif front:
             self._fcfs.appendleft(req)  # vLLM `prepend_request` for preempted requests
         else:
             self._fcfs.append(req)
+        if req.protected:
+            self.num_protected += 1
+
+    def _insert_ordered(self, req: SimRequest, front: bool) -> None:
+        """FCFS with ordering keys / protection (module docstring)."""
+        q = self._fcfs
+        n_prot = self.num_protected
+        if req.protected:
+            i = 0
+            while i < n_prot and (q[i].arrival_s, q[i].seq) < (req.arrival_s, req.seq):
+                i += 1
+        elif front:
+            i = n_prot
+        else:
+            i = len(q)
+            while i > n_prot and q[i - 1].ordering_key > req.ordering_key:
+                i -= 1
+        q.insert(i, req)
+
+    def protect(self, req: SimRequest) -> None:
+        """`req`'s `MaxWait` ran out: it waits ahead of every unprotected request from now on
+        (moved now if it is waiting; sticky if it is running and later preempted)."""
+        if req.protected or req.status.is_finished:
+            return
+        waiting = req.status is not RequestStatus.RUNNING
+        if waiting:
+            if self.config.policy is Policy.PRIORITY:
+                self._heap = [e for e in self._heap if e[5] is not req]
+                heapq.heapify(self._heap)
+            else:
+                self._fcfs.remove(req)
+        self._ordered = True
+        req.protected = True
+        if waiting:
+            self._push_waiting(req, front=False)
 
     def _peek_waiting(self) -> SimRequest:
-        return self._heap[0][3] if self.config.policy is Policy.PRIORITY else self._fcfs[0]
+        return self._heap[0][5] if self.config.policy is Policy.PRIORITY else self._fcfs[0]
 
     def _pop_waiting(self) -> None:
         if self.config.policy is Policy.PRIORITY:
-            heapq.heappop(self._heap)
+            req = heapq.heappop(self._heap)[5]
         else:
-            self._fcfs.popleft()
+            req = self._fcfs.popleft()
+        if req.protected:
+            self.num_protected -= 1
 
     def has_work(self) -> bool:
         return bool(self.running) or self.num_waiting > 0
@@ -224,7 +284,7 @@ class Scheduler:
 
     def _pick_victim(self) -> SimRequest:
         if self.config.policy is Policy.PRIORITY:
-            return max(self.running, key=lambda r: (r.priority, r.arrival_s, r.seq))
+            return max(self.running, key=lambda r: (r.priority, r.ordering_key, r.arrival_s, r.seq))
         return self.running[-1]
 
     def _preempt(self, victim: SimRequest) -> None:
@@ -297,11 +357,14 @@ class Scheduler:
         """Drop a request wherever it is, freeing its blocks."""
         if req in self.running:
             self.running.remove(req)
-        elif self.config.policy is Policy.PRIORITY:
-            self._heap = [e for e in self._heap if e[3] is not req]
-            heapq.heapify(self._heap)
         else:
-            self._fcfs.remove(req)
+            if self.config.policy is Policy.PRIORITY:
+                self._heap = [e for e in self._heap if e[5] is not req]
+                heapq.heapify(self._heap)
+            else:
+                self._fcfs.remove(req)
+            if req.protected:
+                self.num_protected -= 1
         self.kv.free(req)
         self.by_seq.pop(req.seq, None)
         req.status = RequestStatus.ABORTED
@@ -322,4 +385,6 @@ class Scheduler:
             raise SimulationError("a request in the running list is not RUNNING")
         if any(self.kv.blocks_of(r) for r in self.waiting()):
             raise SimulationError("a waiting request still holds KV blocks")
+        if sum(r.protected for r in self.waiting()) != self.num_protected:
+            raise SimulationError("the count of protected waiting requests is off")
         self.kv.check_invariants()

@@ -1,0 +1,455 @@
+"""The simulator's engine side of HEAR: force resolution, cache controls, state reports.
+
+One idea: a `SimReplica` answers every control the way `hear.reference.ReferenceEngine` does —
+`hear.force.resolve` against its `HearCapabilities`, then only `Resolution.honoured` is applied
+— and the cache controls act on the real simulated KV state: `CacheRetain` pins block hashes
+(`retention.py`), `CacheRelease` unpins them, `CachePrepare` loads host-tier blocks onto the GPU
+(`host_tier.py`) in a transfer that occupies the replica between steps.
+
+On top of `resolve` (which judges support only), the simulator checks what the KV state allows,
+for the control resolve chose (fallbacks are chosen by support, not re-chosen here):
+- a REQUIREMENT retain needs every named block resident in its tier or a faster one (a retain
+  keeps what is there; send `CachePrepare` first), and CPU-tier requirement pins must fit the
+  host tier; a REQUIREMENT prepare needs every block resident somewhere (it moves blocks from
+  the host tier, it cannot compute them) and, for the GPU, room for them;
+- a PREFERENCE retain or prepare that would do nothing (no named block resident; nothing in the
+  host tier to load) is dropped with a "no-op" reason, so the answer says so;
+- request-scoped controls (`Priority`, `ExecutionMode`, `OrderingKey`, `MaxWait`) sent to
+  `control()` without a request are not honoured ("send it with submit()").
+A requirement that fails a check is unsatisfied (UNSUPPORTED, nothing applied); a preference is
+dropped (noted). Honoured preferences that apply to part of their blocks are recorded in
+`effects` (one `CacheEffect` per applied cache control).
+
+Intents go to an `IntentLog` that nothing here (or in scheduling) reads. The per-request notes
+keep the wording the simulator always used ("fell back", "ignored"), so outcomes read the same.
+
+Examples:
+    >>> from maserve_prefect.engine.sim.kernel import Kernel
+    >>> from maserve_prefect.engine.sim.replica import SimReplica
+    >>> from maserve_prefect.engine.sim.step_time import make_step_model
+    >>> rep = SimReplica(Kernel(), make_step_model("Qwen3-0.6B", "H100"), num_gpu_blocks=64)
+    >>> caps = rep.hear_capabilities()
+    >>> sorted(op.value for op in caps.cache_controls), [t.name for t in caps.kv_tiers]
+    (['prepare', 'release', 'retain'], ['GPU'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from maserve_prefect.engine.protocol import (
+    Acceptance,
+    Control,
+    ExecutionMode,
+    Force,
+    Priority,
+    Request,
+    Ticket,
+)
+from maserve_prefect.engine.sim.host_tier import HostTier, HostTierConfig
+from maserve_prefect.engine.sim.request import SimRequest
+from maserve_prefect.engine.sim.retention import RetentionTable
+from maserve_prefect.errors import SimulationError
+from maserve_prefect.hear.capabilities import HearCapabilities
+from maserve_prefect.hear.channel import IntentLog
+from maserve_prefect.hear.controls import (
+    CacheOp,
+    CachePrepare,
+    CacheRelease,
+    CacheRetain,
+    MaxWait,
+    OrderingKey,
+    Tier,
+)
+from maserve_prefect.hear.force import Dropped, Resolution, Unsatisfied, resolve
+from maserve_prefect.hear.intents import Prediction
+from maserve_prefect.hear.state import (
+    CostEstimate,
+    PrefixRange,
+    Pressure,
+    QueueState,
+    StateReport,
+    TierCapacity,
+)
+from maserve_prefect.hear.subjects import InstanceRef
+
+if TYPE_CHECKING:
+    from maserve_prefect.engine.sim.replica import SimReplica
+
+_REQUEST_SCOPED = (Priority, ExecutionMode, OrderingKey, MaxWait)
+_CACHE = (CachePrepare, CacheRetain, CacheRelease)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitPlan:
+    """What a submission's honoured controls set, and its notes."""
+
+    priority: int
+    mode: str
+    ordering_key: float
+    max_wait_s: float | None
+    cache: tuple[Control, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEffect:
+    """What one applied cache control did (blocks acted on, blocks it named but could not)."""
+
+    at_s: float
+    control: Control
+    num_applied: int
+    num_missing: int
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """A host-to-GPU KV load: at an admission (in that step) or for a `CachePrepare`."""
+
+    start_s: float
+    seconds: float
+    num_blocks: int
+    kind: str  # "admission" | "prepare"
+    request_ids: tuple[str, ...] = ()
+    num_not_loaded: int = 0  # prepare: blocks that found no allocatable GPU block
+
+
+def submit_notes(res: Resolution) -> tuple[str, ...]:
+    """A resolution's fallbacks and drops in the simulator's outcome wording."""
+    out: list[str] = []
+    for f in res.fallbacks:
+        req, used = f.requested, f.used
+        if isinstance(req, ExecutionMode) and isinstance(used, ExecutionMode):
+            out.append(f"mode {req.mode!r} unsupported; fell back to {used.mode!r}")
+        else:
+            out.append(f"{req!r} cannot be honoured; fell back to {used!r}")
+    out += [f"preference {d.control!r} not honoured: {d.reason}; ignored" for d in res.dropped]
+    return tuple(out)
+
+
+def prompt_block_hashes(request: Request, block_size: int) -> tuple[int, ...]:
+    """The engine block hashes of `request`'s shareable prompt blocks (what cache controls
+    name), as a replica with `block_size`-token blocks computes them.
+
+    Examples:
+        >>> r = Request("r", "", num_prompt_tokens=64, prefix_block_hashes=(1, 2),
+        ...             prefix_block_size=32)
+        >>> len(prompt_block_hashes(r, 16))
+        4
+    """
+    probe = SimRequest(
+        request, -1, 0.0, 0, block_size, Ticket(request.request_id, Acceptance.ACCEPTED)
+    )
+    n = probe.num_shareable_blocks
+    return tuple(probe.block_hashes(n)[:n]) if n else ()
+
+
+class SimHear:
+    """HEAR state of one `SimReplica` (built by it; see the module docstring).
+
+    Args:
+        replica: the replica it serves.
+        host: the host tier's config, or None (GPU tier only).
+    """
+
+    def __init__(self, replica: SimReplica, host: HostTierConfig | None) -> None:
+        self.rep = replica
+        self.kv = replica.kv
+        self.intents = IntentLog()
+        self.retention = RetentionTable()
+        self.host = HostTier(host) if host is not None else None
+        self.effects: list[CacheEffect] = []
+        self.transfers: list[Transfer] = []
+        self.cpu_cached_tokens: dict[str, int] = {}  # finished request -> host-tier hit tokens
+        self.num_evictions = 0  # cached GPU blocks evicted since this object exists
+        self.capabilities = self._capabilities()
+        kv = self.kv
+        kv.on_evict = self._on_evict
+        if self.host is not None:
+            kv.host = self.host
+            kv.on_cache = self._on_cache
+
+    def _capabilities(self) -> HearCapabilities:
+        seam = self.rep.capabilities()
+        caching = seam.prefix_caching
+        tiers = (Tier.GPU, Tier.CPU) if self.host is not None else (Tier.GPU,)
+        return HearCapabilities.from_engine(
+            seam,
+            cache_controls=tuple(CacheOp) if caching else (),
+            kv_tiers=tiers if caching else (),
+            waiting_requirements=True,
+        )
+
+    # -- resolution ------------------------------------------------------------------------
+
+    def resolve(self, controls: Sequence[Control], request_scoped: bool) -> Resolution:
+        """`force.resolve`, then the KV-state checks (module docstring)."""
+        res = resolve(controls, self.capabilities)
+        requested = {id(f.used): f.requested for f in res.fallbacks}
+        honoured: list[Control] = []
+        fallbacks = list(res.fallbacks)
+        dropped = list(res.dropped)
+        unsatisfied = list(res.unsatisfied)
+        hard_cpu = self.retention.hard_cpu_hashes()
+        for c in res.honoured:
+            why = self._cannot(c, request_scoped, hard_cpu)
+            if not why:
+                honoured.append(c)
+                continue
+            orig = requested.get(id(c), c)
+            fallbacks = [f for f in fallbacks if f.used is not c]
+            if c.force is Force.REQUIREMENT:
+                unsatisfied.append(Unsatisfied(orig, why))
+            else:
+                dropped.append(Dropped(orig, why))
+        return Resolution(tuple(honoured), tuple(fallbacks), tuple(dropped), tuple(unsatisfied))
+
+    def plan_submit(self, request: Request, controls: Sequence[Control]) -> SubmitPlan | str:
+        """A submission's plan, or the UNSUPPORTED reason."""
+        res = self.resolve(controls, request_scoped=True)
+        if res.unsatisfied:
+            return f"{self.rep.name}: {res.reason}"
+        prio = res.honoured_of(Priority)
+        keys = res.honoured_of(OrderingKey)
+        waits = res.honoured_of(MaxWait)
+        return SubmitPlan(
+            priority=prio[0].value if prio else request.priority,
+            mode=res.realized_mode(self.rep.modes[0]),
+            ordering_key=keys[0].key if keys else 0.0,
+            max_wait_s=waits[0].max_wait_s if waits else None,
+            cache=tuple(c for c in res.honoured if isinstance(c, _CACHE)),
+            notes=submit_notes(res),
+        )
+
+    def _cannot(self, c: Control, request_scoped: bool, hard_cpu: set[int]) -> str:
+        if isinstance(c, _REQUEST_SCOPED):
+            return "" if request_scoped else "it applies to one request; send it with submit()"
+        if isinstance(c, CacheRetain):
+            return self._cannot_retain(c, hard_cpu)
+        if isinstance(c, CachePrepare):
+            return self._cannot_prepare(c)
+        return ""
+
+    def _where(self, h: int) -> Tier | None:
+        if self.kv.block_of(h) >= 0:
+            return Tier.GPU
+        if self.host is not None and h in self.host:
+            return Tier.CPU
+        return None
+
+    def _cannot_retain(self, c: CacheRetain, hard_cpu: set[int]) -> str:
+        where = [self._where(h) for h in c.block_hashes]
+        n = len(where)
+        if c.force is Force.REQUIREMENT:
+            missing = sum(w is None or w > c.tier for w in where)
+            if missing:
+                return (
+                    f"{missing} of its {n} blocks are not resident in {c.tier.name} or a faster "
+                    "tier; a retain keeps what is there (send CachePrepare first)"
+                )
+            if c.tier is Tier.CPU and self.host is not None:
+                total = len(hard_cpu | set(c.block_hashes))
+                if total > self.host.capacity_blocks:
+                    return (
+                        f"requirement pins on {total} blocks exceed the host tier's "
+                        f"{self.host.capacity_blocks} blocks"
+                    )
+            return ""
+        if all(w is None for w in where):
+            return f"no-op: none of its {n} blocks is resident in any tier"
+        return ""
+
+    def _cannot_prepare(self, c: CachePrepare) -> str:
+        where = [self._where(h) for h in c.block_hashes]
+        absent = sum(w is None for w in where)
+        on_host = sum(w is Tier.CPU for w in where)
+        if c.force is Force.REQUIREMENT:
+            if absent:
+                return (
+                    f"{absent} of its {len(where)} blocks are resident in no tier; a prepare "
+                    "moves blocks from the host tier, it cannot compute them"
+                )
+            if c.tier is Tier.GPU and on_host > self.kv.num_free_blocks:
+                return (
+                    f"{on_host} blocks to load but {self.kv.num_free_blocks} GPU blocks can be "
+                    "allocated now"
+                )
+            return ""
+        if c.tier is Tier.CPU or not on_host:
+            return (
+                f"no-op: nothing to load from the host tier ({len(where) - absent - on_host} "
+                f"blocks on the GPU already, {absent} in no tier)"
+            )
+        return ""
+
+    # -- applying cache controls -----------------------------------------------------------
+
+    def apply_cache(self, controls: Sequence[Control]) -> list[tuple[int, ...]]:
+        """Apply honoured cache controls now; returns the GPU loads to run (`CachePrepare`)."""
+        loads: list[tuple[int, ...]] = []
+        now = self.rep.clock.now()
+        for c in controls:
+            if isinstance(c, CacheRelease):
+                changed = self.retention.release(c.subject.key(), c.block_hashes)
+                self._refresh(changed)
+                self.effects.append(CacheEffect(now, c, len(changed), 0))
+            elif isinstance(c, CacheRetain):
+                self._retain(c, now)
+            elif isinstance(c, CachePrepare) and c.tier is Tier.GPU:
+                todo = tuple(h for h in dict.fromkeys(c.block_hashes) if self._where(h) is Tier.CPU)
+                if todo:
+                    loads.append(todo)
+                self.effects.append(CacheEffect(now, c, len(todo), 0, "load queued"))
+        return loads
+
+    def _retain(self, c: CacheRetain, now: float) -> None:
+        resident = [h for h in dict.fromkeys(c.block_hashes) if self._where(h) is not None]
+        key = c.subject.key()
+        gen = self.retention.pin(key, resident, c.retention_priority, c.force, c.tier)
+        self._refresh(resident)
+        missing = len(set(c.block_hashes)) - len(resident)
+        self.effects.append(CacheEffect(now, c, len(resident), missing))
+        if c.ttl_s is not None and resident:
+            hashes = tuple(resident)
+
+            def expire() -> None:
+                self.rep.kv_effect(lambda: self._refresh(self.retention.expire(key, hashes, gen)))
+
+            self.rep.clock.call_at(now + c.ttl_s, expire, name=f"{self.rep.name} ttl {key}")
+
+    def _refresh(self, hashes: Sequence[int]) -> None:
+        """Bring GPU block pins and the host tier's protection in line with the table."""
+        kv, table = self.kv, self.retention
+        for h in hashes:
+            b = kv.block_of(h)
+            if b >= 0:
+                level, prio = table.gpu_level(h)
+                kv.set_pin(b, level, prio)
+        if self.host is not None:
+            self.host.protect = table.host_level if len(table) else None
+
+    def load_prepared(self, batches: Sequence[tuple[int, ...]]) -> float:
+        """Run queued `CachePrepare` loads now: host-tier blocks onto free GPU blocks, as many
+        as fit. Returns the transfer's seconds (0 when nothing moved)."""
+        host = self.host
+        if host is None:
+            return 0.0
+        todo = [h for h in dict.fromkeys(h for b in batches for h in b) if h in host]
+        n = min(len(todo), self.kv.num_free_blocks)  # the rest finds no allocatable block
+        if not n:
+            return 0.0
+        host.take(todo[:n])  # out of the LRU before the GPU's evictions land there
+        blocks = self.kv.load_blocks(todo[:n])
+        assert len(blocks) == n
+        seconds = host.config.transfer_s(n)
+        now = self.rep.clock.now()
+        self.transfers.append(Transfer(now, seconds, n, "prepare", (), len(todo) - n))
+        return seconds
+
+    # -- admissions that hit the host tier -------------------------------------------------
+
+    def admission_loads(self) -> float:
+        """The host-tier loads of this step's admissions (noted on each request): seconds
+        added to the step."""
+        loads = list(self.kv.host_loads)
+        self.kv.host_loads.clear()  # in place: the replica tests this list every step
+        host = self.host
+        assert host is not None
+        total = sum(n for _, n in loads)
+        seconds = host.config.transfer_s(total)
+        bs = self.kv.block_size
+        for req, n in loads:
+            req.notes = (
+                *req.notes,
+                f"loaded {n * bs} cached prompt tokens ({n} blocks) from the host KV tier; "
+                f"the step that scheduled it took {seconds:.6g} s longer",
+            )
+        ids = tuple(req.request_id for req, _ in loads)
+        self.transfers.append(Transfer(self.rep.clock.now(), seconds, total, "admission", ids))
+        return seconds
+
+    def finished(self, req: SimRequest) -> None:
+        if req.num_cached_cpu_tokens:
+            self.cpu_cached_tokens[req.request_id] = req.num_cached_cpu_tokens
+
+    # -- KV hooks --------------------------------------------------------------------------
+
+    def _on_evict(self, hashes: list[int]) -> None:
+        self.num_evictions += len(hashes)
+        if self.host is not None:
+            dropped = self.host.offer(hashes)
+            if dropped and len(self.retention):
+                self.retention.drop(dropped)
+                self._refresh(())
+        elif len(self.retention):
+            self.retention.drop(hashes)
+
+    def _on_cache(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
+        host, table = self.host, self.retention
+        hv = hashes.tolist()
+        if host is not None and len(host):
+            host.supersede(hv)
+        if len(table):
+            for b, h in zip(blocks.tolist(), hv, strict=True):
+                if h in table:
+                    level, prio = table.gpu_level(h)
+                    self.kv.set_pin(b, level, prio)
+
+    def reset(self) -> None:
+        """The replica's KV cache was dropped (sleep): every tier and pin goes."""
+        self.retention.clear()
+        if self.host is not None:
+            self.host.clear()
+            self.host.protect = None
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state_report(self) -> StateReport:
+        """A snapshot of residency, capacity, queues and pressure (reserves nothing)."""
+        rep, kv = self.rep, self.kv
+        st = rep.state()
+        gpu = tuple(h for _, h in sorted(kv.block_hash.items()))
+        residency = [PrefixRange(gpu, Tier.GPU)]
+        capacity = [TierCapacity(Tier.GPU, kv.num_blocks, st.num_free_blocks)]
+        costs: list[CostEstimate] = []
+        if self.host is not None:
+            host = self.host
+            residency.append(PrefixRange(tuple(host.hashes()), Tier.CPU))
+            capacity.append(TierCapacity(Tier.CPU, host.capacity_blocks, host.num_free_blocks))
+            per_block = host.config.transfer_s(1)
+            costs.append(
+                CostEstimate("load_cpu_block", Prediction(per_block, "block_bytes / link_bytes_s"))
+            )
+        sched = rep.scheduler
+        return StateReport(
+            subject=InstanceRef(rep.name),
+            at_s=rep.clock.now(),
+            block_size=kv.block_size,
+            residency=tuple(residency),
+            capacity=tuple(capacity),
+            queue=QueueState(st.num_running, st.num_waiting, sched.num_protected),
+            pressure=Pressure(st.kv_usage, sched.num_preemptions_total, self.num_evictions),
+            costs=tuple(costs),
+        )
+
+    def check_invariants(self) -> None:
+        """Tiers exclusive, pins only on resident hashes, GPU pin levels match the table."""
+        cached = self.kv.cached
+        host = self.host
+        if host is not None:
+            host.check_invariants()
+            both = [h for h in host.hashes() if h in cached]
+            if both:
+                raise SimulationError(f"{len(both)} hashes are in the GPU and host tiers at once")
+        for h in self.retention.hashes():
+            if h not in cached and (host is None or h not in host):
+                raise SimulationError(f"hash {h} is pinned but resident in no tier")
+        for h, b in cached.items():
+            level, prio = self.retention.gpu_level(h)
+            if int(self.kv.pin_level[b]) != level or (level and self.kv.pin_prio[b] != prio):
+                raise SimulationError(f"GPU block {b} pin level disagrees with hash {h}'s pins")
