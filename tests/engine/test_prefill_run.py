@@ -81,11 +81,19 @@ def outcomes(tickets: list[Ticket]) -> list[object]:
     return [(t.request_id, t.acceptance, t.outcome) for t in tickets]
 
 
+def _per_instant(log: list[LogEntry]) -> list[LogEntry]:
+    """The log with same-instant entries grouped by request (stable: a request's order kept)."""
+    return sorted(log, key=lambda e: (e[0], e[2]))
+
+
 def assert_same_as_stepping(case: Case) -> list[SimReplica]:
     fast, fast_log, fast_t, fast_p = simulate(case, merge=True)
     slow, slow_log, slow_t, slow_p = simulate(case, merge=False)
     assert outcomes(fast_t) == outcomes(slow_t)  # exact times included
-    assert fast_log == slow_log
+    # Replicas share one kernel and log: events of *different* replicas at the same instant
+    # interleave by kernel event order, which a merged run changes; each request's own events,
+    # and everything at distinct instants, must match exactly.
+    assert _per_instant(fast_log) == _per_instant(slow_log)
     assert fast_p == slow_p
     for f, s in zip(fast, slow, strict=True):
         assert f.state().counters == s.state().counters
