@@ -39,6 +39,9 @@ class DeploymentEntry(BaseModel):
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     kv_cache_gib: float | None = Field(default=None, gt=0)
+    host_kv_gib: float | None = Field(default=None, gt=0)
+    """A second KV tier in host memory (total across TP ranks, like vLLM's
+    `--kv-offloading-size`); None: GPU KV only."""
     enforce_eager: bool = False
 
     def to_deployment(self) -> Deployment:
@@ -130,7 +133,8 @@ def default_pool_file() -> PoolFile:
 
 def build_sim_pool(pool_file: PoolFile, kernel: Kernel) -> SimPool:
     """A simulated pool with every placement loaded (the kernel runs until loads finish)."""
-    pool = SimPool(kernel, pool_file.devices)
+    host = {d.name: int(d.host_kv_gib * 2**30) for d in pool_file.deployments if d.host_kv_gib}
+    pool = SimPool(kernel, pool_file.devices, host_kv_bytes=host)
     deps = {d.name: d.to_deployment() for d in pool_file.deployments}
     for p in pool_file.placements:
         ticket = pool.load(deps[p.deployment], p.device)

@@ -38,3 +38,26 @@ def test_bad_pool_file_names_file_and_problem(tmp_path: Path, text: str, message
     with pytest.raises(ConfigError, match=message) as info:
         load_pool_file(path)
     assert str(path) in str(info.value)
+
+
+def test_host_kv_tier_from_a_pool_file() -> None:
+    from maserve_prefect.engine.sim.kernel import Kernel
+    from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool
+
+    pf = PoolFile.model_validate(
+        {
+            "devices": ["H100:0", "H100:1"],
+            "deployments": [
+                {"name": "main", "model": "Qwen3-0.6B", "host_kv_gib": 4},
+                {"name": "side", "model": "Qwen3-0.6B"},
+            ],
+            "placements": [
+                {"deployment": "main", "device": "H100:0"},
+                {"deployment": "side", "device": "H100:1"},
+            ],
+            "default": "main",
+        }
+    )
+    pool = build_sim_pool(pf, Kernel())
+    caps = {r.deployment: r.hear_capabilities() for r in pool.replicas()}
+    assert len(caps["main"].kv_tiers) == 2 and len(caps["side"].kv_tiers) == 1
