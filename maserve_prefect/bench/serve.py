@@ -31,11 +31,18 @@ from uuid import UUID
 
 from maserve_prefect.bench.suite import Suite, check_scale, find_suites, load_suite
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.yamlfiles import read_yaml_mapping
 
 if TYPE_CHECKING:
     from prefect.deployments.runner import RunnerDeployment
 
 SCHEDULE_EVERY_S = 10.0
+
+
+def _is_scenario_suite(path: Path) -> bool:
+    """A scenario suite has no `kind`, or `kind: scenario`; others have their own runners."""
+    data = read_yaml_mapping(path, "suite file")
+    return data.get("kind", "scenario") == "scenario"
 
 
 def scheduled_suites(folder: str | Path) -> list[tuple[Path, Suite]]:
@@ -46,6 +53,8 @@ def scheduled_suites(folder: str | Path) -> list[tuple[Path, Suite]]:
     """
     out = []
     for path in find_suites(folder):
+        if not _is_scenario_suite(path):
+            continue  # pool / HEAR experiment suites run by their own modules
         suite = load_suite(path)
         if suite.schedule is not None:
             out.append((path.resolve(), suite))

@@ -1,0 +1,449 @@
+"""Glue between HEAR policies (`hear/`) and the session-replay driver (`workloads/`).
+
+One idea: a HEAR policy is pure and knows nothing of the simulator, and the replay driver knows
+nothing of HEAR; these adapters translate, and time every translation as control-plane overhead
+(`hear.overhead.OverheadRecorder`), so the cost of the protocol is measured where it is paid.
+
+- `PolicyOrder` — the driver's `order` hook from an ordering policy. At each dispatch it takes a
+  KV-state photograph of every replica (`SimReplica.hear_state()`, one `KV_STATE_UPDATE`), merges
+  the residencies into one `ResidencyView` (a block resident on any replica counts; the faster
+  tier wins — the hook does not know where a first turn will be placed), turns the queued turns
+  into `WaitingRequest`s with the *engine's* block hashes (`engine.sim.hear_side.
+  prompt_block_hashes`, memoized per request, since the session file's hashes are the
+  workload's, not the engine's) and calls `policy.order` (one `SCHEDULING_DECISION`).
+  Re-check: before an older order's waiting requests run, `policy.recheck` is asked, under the
+  new residency, whether each request the previous order ranked hot still is; a False is
+  counted (`num_recheck_demoted`) and the request is ordered again with the current residency —
+  which the hook does anyway, since it orders afresh at every dispatch. Policies that read no
+  residency (FCFS, Guard alone) skip the photograph.
+- `RetentionHook` — Session-Aware retention as the driver's `on_complete` hook. It keeps one
+  `SessionView` per session (turns completed, last finish, ended after its last turn — the
+  moment a harness learns a conversation is closed), fits `ContinuationEstimator` from *ended*
+  sessions only, and sends `CacheRetain` / `CacheRelease` controls to the replica that served
+  the turn through `SimReplica.control()` (one `OUTCOME_REPORT`): the completing session's
+  control every time, and a release once for each other session on that replica that ended or
+  decayed under `release_below` since its last control.
+- `ModeReplica` — a replica proxy that sends each request's `ExecutionMode` (from
+  `RoleModeSelection`, one `MODE_LOOKUP`) with `submit` and records requested vs realized mode
+  (`hear.modemap.ModeRecord`) from the outcome. The replay driver submits without controls, so
+  the proxy is how controls reach the engine without changing `workloads/`.
+
+Examples:
+    >>> from maserve_prefect.hear.policies import Fcfs
+    >>> hook = PolicyOrder(Fcfs(), [])
+    >>> hook([], 0.0)
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from maserve_prefect.engine.protocol import Control, Outcome, Request, Ticket
+from maserve_prefect.engine.sim.hear_side import prompt_block_hashes
+from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.hear.controls import CacheRelease, CacheRetain, Tier
+from maserve_prefect.hear.modemap import ModeRecord
+from maserve_prefect.hear.overhead import Op, OverheadRecorder
+from maserve_prefect.hear.policies import (
+    CacheAware,
+    Composed,
+    ContinuationEstimator,
+    Fcfs,
+    GuardW,
+    OrderingPolicy,
+    RoleModeSelection,
+    SessionRetention,
+    compose,
+)
+from maserve_prefect.hear.state import ResidencyView
+from maserve_prefect.hear.subjects import ContextRef
+from maserve_prefect.hear.views import SessionView, WaitingRequest
+from maserve_prefect.workloads.session_replay import (
+    QueuedTurn,
+    SessionReplayResult,
+    TurnResult,
+    replay_sessions,
+)
+from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
+
+__all__ = [
+    "Arm",
+    "ArmRun",
+    "ModeReplica",
+    "PolicyOrder",
+    "RetentionHook",
+    "engine_hashes",
+    "make_pool",
+    "merged_residency",
+    "parse_arm",
+    "role_of",
+    "run_arm",
+]
+
+
+def role_of(session_id: str) -> str:
+    """The agent role of a session: its id's prefix before the first '-' ("main-003" -> "main")."""
+    return session_id.split("-", 1)[0]
+
+
+def engine_hashes(num_prompt_tokens: int, hashes: tuple[int, ...], block_size: int,
+                  engine_block_size: int) -> tuple[int, ...]:  # fmt: skip
+    """The engine block hashes of a prompt described by workload block hashes."""
+    req = Request(
+        "probe",
+        "",
+        num_prompt_tokens=num_prompt_tokens,
+        prefix_block_hashes=hashes,
+        prefix_block_size=block_size if hashes else 0,
+        max_tokens=1,
+    )
+    return prompt_block_hashes(req, engine_block_size)
+
+
+def merged_residency(replicas: Sequence[SimReplica]) -> ResidencyView:
+    """One view over every replica's state report (the faster tier wins for a shared block)."""
+    tiers: dict[int, Tier] = {}
+    block_size = 16
+    for rep in replicas:
+        report = rep.hear_state()
+        block_size = report.block_size
+        for rng in report.residency:
+            for h in rng.block_hashes:
+                old = tiers.get(h)
+                if old is None or rng.tier < old:
+                    tiers[h] = rng.tier
+    return ResidencyView.of(tiers, block_size)
+
+
+def _reads_residency(policy: OrderingPolicy) -> bool:
+    if isinstance(policy, Composed):
+        return any(_reads_residency(p) for p in policy.policies)
+    return isinstance(policy, CacheAware)
+
+
+class PolicyOrder:
+    """The replay driver's `order` hook from a HEAR ordering policy (module docstring).
+
+    Args:
+        policy: the ordering policy (`Fcfs`, `CacheAware`, `compose(...)`, ...).
+        replicas: the replicas whose residency the policy reads.
+        recorder: where control-plane time goes (a fresh one by default).
+    """
+
+    def __init__(
+        self,
+        policy: OrderingPolicy,
+        replicas: Sequence[SimReplica],
+        recorder: OverheadRecorder | None = None,
+        max_in_flight: int | None = None,
+    ) -> None:
+        self.policy = policy
+        self.max_in_flight = max_in_flight
+        self.replicas = list(replicas)
+        self.recorder = recorder if recorder is not None else OverheadRecorder()
+        self.reads_residency = _reads_residency(policy)
+        self.block_size = self.replicas[0].config.block_size if self.replicas else 16
+        self._hashes: dict[str, tuple[int, ...]] = {}
+        self._hot: set[str] = set()  # ranked hot by the previous order
+        self.num_orders = 0
+        self.num_recheck_demoted = 0
+        self.max_wait_seen_s = 0.0
+
+    def waiting(self, q: QueuedTurn) -> WaitingRequest:
+        h = self._hashes.get(q.request_id)
+        if h is None:
+            h = engine_hashes(q.num_prompt_tokens, q.block_hashes, q.block_size, self.block_size)
+            self._hashes[q.request_id] = h
+        return WaitingRequest(q.request_id, q.arrival_s, q.num_prompt_tokens, h,
+                              role_of(q.session_id), q.max_wait_s)  # fmt: skip
+
+    def _room(self) -> int:
+        cap = self.max_in_flight or 0
+        return sum(max(0, cap - r.num_outstanding) for r in self.replicas)
+
+    def __call__(self, queued: Sequence[QueuedTurn], now_s: float) -> list[str]:
+        if not queued:
+            return []
+        rec = self.recorder
+        if self.max_in_flight is not None and len(queued) <= self._room():
+            # every waiting turn is submitted now whatever the order: skip the photograph
+            return [q.request_id for q in sorted(queued, key=lambda q: (q.arrival_s, q.request_id))]
+        if self.reads_residency:
+            with rec.measure(Op.KV_STATE_UPDATE):
+                residency = merged_residency(self.replicas)
+        else:
+            residency = ResidencyView.of({}, self.block_size)
+        with rec.measure(Op.SCHEDULING_DECISION):
+            views = [self.waiting(q) for q in queued]
+            if self._hot:
+                for w in views:
+                    if w.request_id in self._hot and not self.policy.recheck(w, residency):
+                        self.num_recheck_demoted += 1
+            ranked = self.policy.order(views, residency, now_s)
+            if self.reads_residency:
+                self._hot = {w.request_id for w in views if _is_hot(self.policy, w, residency)}
+        self.num_orders += 1
+        self.max_wait_seen_s = max(self.max_wait_seen_s, max(now_s - q.arrival_s for q in queued))
+        return ranked
+
+
+def _is_hot(policy: OrderingPolicy, w: WaitingRequest, residency: ResidencyView) -> bool:
+    if isinstance(policy, CacheAware):
+        return policy.is_hot(w, residency)
+    if isinstance(policy, Composed):
+        return any(_is_hot(p, w, residency) for p in policy.policies)
+    return False
+
+
+class RetentionHook:
+    """Session-Aware retention as the replay driver's `on_complete` hook (module docstring).
+
+    Args:
+        policy: the retention policy.
+        replicas: every replica a turn can run on (by name).
+        recorder: where control-plane time goes.
+        then: another `on_complete` hook to call afterwards.
+    """
+
+    def __init__(
+        self,
+        policy: SessionRetention,
+        replicas: Sequence[SimReplica],
+        recorder: OverheadRecorder | None = None,
+        then: Callable[[Session, Turn, TurnResult], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.replicas = {r.name: r for r in replicas}
+        self.recorder = recorder if recorder is not None else OverheadRecorder()
+        self.then = then
+        self.views: dict[str, SessionView] = {}
+        self.home: dict[str, str] = {}
+        self.ended: list[SessionView] = []  # the estimator's only input
+        self.released: set[str] = set()
+        self.num_retains = 0
+        self.num_releases = 0
+        self.num_honoured = 0
+        self._hashes: dict[str, tuple[int, ...]] = {}
+
+    def estimator(self) -> ContinuationEstimator:
+        """The continuation estimate from ended sessions only."""
+        return ContinuationEstimator.from_sessions(self.ended)
+
+    def __call__(self, session: Session, turn: Turn, result: TurnResult) -> None:
+        with self.recorder.measure(Op.OUTCOME_REPORT):
+            self._report(session, turn, result)
+        if self.then is not None:
+            self.then(session, turn, result)
+
+    def _report(self, session: Session, turn: Turn, result: TurnResult) -> None:
+        rep = self.replicas.get(result.replica)
+        if rep is None:
+            raise ConfigError(
+                f"RetentionHook: turn {result.request_id} ran on unknown replica "
+                f"{result.replica!r}; pass every replica of the pool"
+            )
+        sid = session.session_id
+        ended = result.status != "completed" or turn.turn_index == len(session.turns) - 1
+        prev = self.views.get(sid)
+        done = (prev.num_turns if prev is not None else 0) + (result.status == "completed")
+        hashes = engine_hashes(turn.num_prompt_tokens, turn.prefix_block_hashes, turn.block_size,
+                               rep.config.block_size)  # fmt: skip
+        view = SessionView(sid, ContextRef(sid, turn.turn_index), hashes, done,
+                           result.finish_s, ended)  # fmt: skip
+        self.views[sid] = view
+        self.home[sid] = rep.name
+        if ended:
+            self.ended.append(view)
+        now = result.finish_s
+        est = self.estimator()
+        controls: list[Control] = []
+        for c in self.policy.controls([view], now, history=self.ended):
+            controls.append(c)
+        # other open sessions on this replica that decayed under the threshold: release once
+        for other_id, other in self.views.items():
+            if other_id == sid or other.ended or other_id in self.released:
+                continue
+            if self.home[other_id] != rep.name:
+                continue
+            if self.policy.retention_priority(other, est, now) < self.policy.release_below:
+                controls.append(CacheRelease(other.context, other.block_hashes))
+                self.released.add(other_id)
+        for c in controls:
+            if isinstance(c, CacheRetain):
+                self.num_retains += 1
+                self.released.discard(sid)
+            else:
+                self.num_releases += 1
+        if controls:
+            res = rep.control(controls)
+            self.num_honoured += len(res.honoured)
+
+
+class ModeReplica:
+    """A `SimReplica` proxy that sends each request's role's `ExecutionMode` (module docstring).
+
+    Args:
+        replica: the wrapped replica.
+        selection: the role -> mode selection (None: submit without controls, all default).
+        recorder: where mode-lookup time goes.
+        records: the list receiving one `ModeRecord` per finished request.
+    """
+
+    def __init__(
+        self,
+        replica: SimReplica,
+        selection: RoleModeSelection | None,
+        recorder: OverheadRecorder,
+        records: list[ModeRecord],
+    ) -> None:
+        self._replica = replica
+        self.selection = selection
+        self.recorder = recorder
+        self.records = records
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._replica, name)
+
+    def submit(self, request: Request, controls: Sequence[Control] = ()) -> Ticket:
+        role = role_of(request.tags.get("session_id", ""))
+        sel = self.selection
+        if sel is None:
+            return self._replica.submit(request, controls)
+        with self.recorder.measure(Op.MODE_LOOKUP):
+            control = sel.control(role)
+        ticket = self._replica.submit(request, (*controls, control))
+        version = sel.mapping.version
+        rid = request.request_id
+
+        def done(out: Outcome) -> None:
+            realized = out.realized_mode or None
+            self.records.append(ModeRecord(rid, role, control.mode, realized, version))
+
+        ticket.on_done(done)
+        return ticket
+
+
+# ---------------------------------------------------------------------------------------------
+# one arm: a fresh pool, one policy, one recorded workload
+
+
+def make_pool(
+    gpu: str, model: str, num_devices: int, host_kv_gib: float, scheduler: dict[str, Any]
+) -> list[SimReplica]:
+    """A fresh kernel and pool of `num_devices` × `gpu`, one `model` replica each, loaded.
+
+    Raises:
+        ConfigError: the model does not fit the GPU (the load is rejected).
+    """
+    from maserve_prefect.engine.sim.kernel import Kernel
+    from maserve_prefect.engine.sim.pool import Deployment, SimPool
+
+    kernel = Kernel()
+    devices = [f"{gpu}:{i}" for i in range(num_devices)]
+    pool = SimPool(kernel, devices, host_kv_bytes=int(host_kv_gib * (1 << 30)))
+    dep = Deployment("m", model, scheduler=tuple(sorted(scheduler.items())))
+    for d in devices:
+        ticket = pool.load(dep, d)
+        if ticket.acceptance.value != "accepted":
+            raise ConfigError(f"cannot load {model} on {d}: {ticket.reason}")
+    kernel.run()
+    return sorted((p.engine for p in pool.pool_replicas()), key=lambda r: r.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """One policy arm: an ordering policy, optional retention and role -> mode selection."""
+
+    name: str
+    order: OrderingPolicy
+    retention: SessionRetention | None = None
+    selection: RoleModeSelection | None = None
+
+
+def parse_arm(name: str, spec: str) -> Arm:
+    """An arm from a `+`-joined spec: `fcfs`, `cache_aware`, `guard<W>` (seconds),
+    `session_aware` (retention with FCFS order unless another ordering term is given).
+
+    Raises:
+        ConfigError: an unknown term.
+
+    Examples:
+        >>> parse_arm("x", "cache_aware+guard40").order.name
+        'guard_w+cache_aware'
+        >>> parse_arm("s", "session_aware").retention is not None
+        True
+    """
+    terms: list[OrderingPolicy] = []
+    retention = None
+    for term in spec.split("+"):
+        term = term.strip()
+        if term == "fcfs":
+            terms.append(Fcfs())
+        elif term == "cache_aware":
+            terms.append(CacheAware())
+        elif term.startswith("guard") and term[5:].replace(".", "", 1).isdigit():
+            terms.append(GuardW(float(term[5:])))
+        elif term == "session_aware":
+            retention = SessionRetention()
+        else:
+            raise ConfigError(
+                f"arm {name!r}: unknown policy term {term!r} in {spec!r}; use fcfs, "
+                "cache_aware, guard<seconds>, session_aware joined by '+'"
+            )
+    order: OrderingPolicy = compose(*terms) if terms else Fcfs()
+    return Arm(name, order, retention)
+
+
+@dataclass(slots=True)
+class ArmRun:
+    """What one arm produced: the replay result and the control-plane accounting."""
+
+    arm: Arm
+    result: SessionReplayResult
+    recorder: OverheadRecorder
+    order_hook: PolicyOrder
+    retention_hook: RetentionHook | None
+    mode_records: list[ModeRecord]
+
+
+def run_arm(
+    sset: SessionSet,
+    arm: Arm,
+    replicas: Sequence[SimReplica],
+    *,
+    max_in_flight: int | None,
+    expect_hash: str | None = None,
+) -> ArmRun:
+    """Replay `sset` on fresh `replicas` under `arm`.
+
+    Raises:
+        ConfigError: `sset`'s content hash is not `expect_hash` (a workload must be replayed
+            identically for every policy).
+    """
+    if expect_hash is not None and sset.content_hash() != expect_hash:
+        raise ConfigError(
+            f"arm {arm.name!r}: workload hash {sset.content_hash()[:12]} differs from the "
+            f"recorded {expect_hash[:12]}; every arm must replay the same SessionSet"
+        )
+    recorder = OverheadRecorder()
+    order = PolicyOrder(arm.order, replicas, recorder, max_in_flight)
+    retention = (
+        RetentionHook(arm.retention, replicas, recorder) if arm.retention is not None else None
+    )
+    records: list[ModeRecord] = []
+    targets: list[Any] = (
+        [ModeReplica(r, arm.selection, recorder, records) for r in replicas]
+        if arm.selection is not None
+        else list(replicas)
+    )
+    result = replay_sessions(
+        sset, targets, deployment="m", order=order, on_complete=retention,
+        max_in_flight=max_in_flight,
+    )  # fmt: skip
+    if result.content_hash != sset.content_hash():
+        raise ConfigError(f"arm {arm.name!r}: the replay reports a different workload hash")
+    return ArmRun(arm, result, recorder, order, retention, records)
