@@ -5,6 +5,12 @@ measured roots (`ArmResult.run`), the locked deadlines (`ScenarioResult.deadline
 simulator's step records — and each row states the *direction* the issue expects next to what
 was measured, so a table of rows is the finding. Nothing is fitted or hard-coded.
 
+Load rule (one for all four suites, stated here once and in the README): Poisson arrivals at the
+rungs of `LOAD_LADDER` × `MU_SAT_PER_S` (μ_sat: the four-call's saturated service rate on the
+suites' pool). The low-load finding (Barrier vs DAG) runs at the lowest rung, the rate sweep at
+every rung, and the findings about resource limits (KV budget, request limit) at the highest,
+the only rung where those limits can bind. `tests/bench` checks every suite file against it.
+
 Figures (over the measured roots: target cohorts whose arrival lies in the scenario window,
 pooled over blocks):
 
@@ -14,7 +20,9 @@ pooled over blocks):
 - **goodput** = measured roots that met their deadline per second of their arrival span
   (first to last arrival; None when they all arrived at once);
 - **output TPS** = output tokens of every completed model op / (last completion − start);
-- **timely-task rate** = goodput (tasks finished within their deadline per second).
+- **timely-task rate** = goodput (tasks finished within their deadline per second);
+- **peak running sequences** = the most requests one engine step scheduled (shows whether a
+  `max_num_seqs` limit bound).
 
 Each function has the signature the suite runner's `analysis:` hook calls,
 `fn(results: dict[str, ScenarioResult]) -> list[dict]` (scenario name → result).
@@ -38,6 +46,24 @@ from maserve_prefect.replay.arms import ArmResult, ScenarioResult, root_class
 from maserve_prefect.trace.model import OpKind, OpStatus
 
 Row = dict[str, Any]
+
+MU_SAT_PER_S = 1.488
+"""μ_sat in roots/s: N / makespan of a 32-root `four_call_full` DAG burst on
+`pool_h100_qwen3_8b.yaml` (32 / 21.50 s, the same at 16, 32 and 40 GiB)."""
+
+LOAD_LADDER: tuple[float, ...] = (0.25, 1.0, 4.0, 16.0)
+"""Arrival rates as multiples of μ_sat: a ratio-4 geometric ladder from under-load (¼ μ_sat)
+through saturation to 16× overload, where a whole cohort arrives within seconds."""
+
+
+def ladder_rates() -> tuple[float, ...]:
+    """The load ladder in roots/s, rounded to the millisecond as the scenario files write them.
+
+    Examples:
+        >>> ladder_rates()
+        (0.372, 1.488, 5.952, 23.808)
+    """
+    return tuple(round(m * MU_SAT_PER_S, 3) for m in LOAD_LADDER)
 
 
 def direction(before: float | None, after: float | None, tol: float = 1e-9) -> str:
@@ -147,6 +173,11 @@ def _num_preemptions(runs: Sequence[ArmResult]) -> int:
     return sum(len(r.preempted) for res in runs for r in res.run.step_records())
 
 
+def peak_running_seqs(runs: Sequence[ArmResult]) -> int:
+    """The most requests any one engine step of `runs` scheduled (0 without step records)."""
+    return max((len(r.scheduled) for res in runs for r in res.run.step_records()), default=0)
+
+
 # -- the four suites ---------------------------------------------------------------------------
 
 
@@ -217,6 +248,7 @@ def kv_budget_rows(results: Mapping[str, ScenarioResult]) -> list[Row]:
                 "kv_cache_gib": kv,
                 "prefill_factor": arm_prefill_factor(by_arm[arm]),
                 "num_preemptions": _num_preemptions(by_arm[arm]),
+                "peak_running_seqs": peak_running_seqs(by_arm[arm]),
                 "root_p95_s": _pct(lat, 95),
                 "expected": "smaller KV -> higher prefill factor and P95",
             }
@@ -291,6 +323,7 @@ def request_limit_rows(results: Mapping[str, ScenarioResult]) -> list[Row]:
                 "scenario": name,
                 "arm": arm,
                 "max_num_seqs": limit,
+                "peak_running_seqs": peak_running_seqs(by_arm[arm]),
                 "output_tps": output_tps(by_arm[arm]),
                 "timely_tasks_per_s": goodput,
                 "attainment": attain,

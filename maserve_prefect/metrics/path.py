@@ -1,8 +1,9 @@
 """Completion-path ledger: where a root's latency went, along its critical path.
 
-The one idea: walk backwards from the terminal op (the op that completed last), at each op to its
-*binding predecessor* (the dependency that completed last, ties by the larger op id), until an op
-with no binding predecessor. Each op on that path contributes four segments, the differences of
+The one idea: walk backwards from the terminal op (`metrics.task.terminal_op`: the op that produced
+the root's final artifact, else the op that completed last), at each op to its *binding
+predecessor* (the dependency that completed last, ties by the larger op id), until an op with no
+binding predecessor. Each op on that path contributes four segments, the differences of
 a chain of timestamps that starts at the root's arrival and ends at the terminal completion:
 
     anchor ─ boundary gap ─► ready ─ pre-submission ─► submitted ─ backend wait ─►
@@ -20,8 +21,10 @@ Rules for imperfect timestamps (documented so every root reconciles):
   `submitted_s` as their start, so pre-submission is ready → start and, without a scheduled
   time, the run counts as scheduled residence.
 - Every chain value is clamped to be ≥ the previous one (an op "ready" before its anchor has
-  a 0 boundary gap); the terminal completion is the maximum of the root's completions, so the
-  chain still ends exactly there.
+  a 0 boundary gap); a binding predecessor completed no later than its successor became ready,
+  so the chain still ends exactly at the terminal completion.
+- Straggler ops of a k-of-n join that finish after the root's final op are off the path: the
+  path ends at the final op, as root latency does, and still reconciles to it.
 - Only dependencies that completed at or before the op became ready can bind. Under the
   non-causal reference arms (Flat, Arrival) an op may be released before a dependency finished;
   that dependency did not delay it, so the path does not go through it.

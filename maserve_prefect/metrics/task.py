@@ -1,17 +1,25 @@
 """Task-level metrics of a trace: root latency, stage time and attempts.
 
-The one idea: a root is measured from its *arrival* to the completion of its *terminal op* (the
-op that completed last), because that is what the user waiting for the task experiences —
-whatever the engine did per request.
+The one idea: a root is measured from its *arrival* to the completion of its *terminal op* — the
+op that produced its final artifact — because that is what the user waiting for the task
+experiences, whatever the engine did per request.
 
 Definitions (all times on the trace's clock, seconds):
 
 - **final attempt**: an op id may appear several times (retries); the record with the highest
   `attempt` (the later record on ties) is the op's outcome. Earlier attempts still count as
   consumed work.
-- **root status**: `failed` if any op's final attempt failed; otherwise `completed` when every
-  op's final attempt completed with a `completed_s` time; otherwise `incomplete` (an op was cut
-  off, or a root has no ops at all).
+- **terminal op**: the root's `final_op_id` when the record names one and that op completed;
+  otherwise the op that completed last (ties by op id, the larger wins). Workflows with k-of-n
+  joins (`flows.concurrency.first_k`, a fork-join judge that proceeds after k workers) leave
+  *straggler* ops that finish after the answer exists: they are work the root consumed, but
+  they do not extend its latency.
+- **answer ops**: the final op and its transitive predecessors within the root when
+  `final_op_id` is set; every op of the root otherwise.
+- **root status**: `failed` if any answer op's final attempt failed; otherwise `completed` when
+  every answer op's final attempt completed with a `completed_s` time; otherwise `incomplete`
+  (an op was cut off, or a root has no ops at all). A straggler that fails or is cut off after
+  the answer exists does not change the status.
 - **root latency** = terminal completion − arrival, defined for completed roots only.
 - **stage time** = first ready time of the stage's ops (nested child stages included) → the last
   completion among them; `end_s` is None while any of those ops is not completed.
@@ -97,8 +105,30 @@ def _ops_by_root(trace: Trace) -> dict[str, list[OpRecord]]:
     return by_root
 
 
-def terminal_op(ops: Iterable[OpRecord]) -> OpRecord | None:
-    """The op that completed last (ties by op id, the larger wins); None if none completed."""
+def terminal_op(ops: Iterable[OpRecord], final_op_id: str | None = None) -> OpRecord | None:
+    """The terminal op of one root's `ops` (see the module docstring); None if none completed.
+
+    Args:
+        ops: the root's ops (final attempts).
+        final_op_id: the root's `final_op_id`; used when that op is among `ops` and completed,
+            else the op that completed last is the terminal op.
+
+    Examples:
+        >>> from maserve_prefect.trace.model import OpKind, OpTimes
+        >>> ops = [OpRecord(op_id=i, root_id="r", kind=OpKind.MODEL, times=OpTimes(completed_s=t))
+        ...        for i, t in (("answer", 2.0), ("straggler", 5.0))]
+        >>> terminal_op(ops).op_id, terminal_op(ops, "answer").op_id
+        ('straggler', 'answer')
+    """
+    ops = list(ops)
+    if final_op_id is not None:
+        for op in ops:
+            if (
+                op.op_id == final_op_id
+                and op.status is OpStatus.COMPLETED
+                and op.times.completed_s is not None
+            ):
+                return op
     best: OpRecord | None = None
     for op in ops:
         t = op.times.completed_s
@@ -107,6 +137,32 @@ def terminal_op(ops: Iterable[OpRecord]) -> OpRecord | None:
         if best is None or (t, op.op_id) > (best.times.completed_s or 0.0, best.op_id):
             best = op
     return best
+
+
+def answer_ops(root: RootRecord, finals: dict[str, OpRecord]) -> dict[str, OpRecord]:
+    """The root's answer ops: its final op and that op's predecessors among `finals` (the
+    root's final attempts), or all of `finals` when the root names no final op.
+
+    Raises:
+        TraceValidationError: the root names a final op that is not one of its ops.
+    """
+    final = root.final_op_id
+    if final is None:
+        return finals
+    if final not in finals:
+        raise TraceValidationError(
+            f"root {root.root_id!r} names final op {final!r}, which is not an op of that root; "
+            "fix the root record's final_op_id (or keep the op when filtering the trace)"
+        )
+    out: dict[str, OpRecord] = {}
+    todo = [final]
+    while todo:
+        op_id = todo.pop()
+        if op_id in out or op_id not in finals:
+            continue  # a dep on another root's op is not part of this root's answer
+        out[op_id] = finals[op_id]
+        todo.extend(d.op_id for d in finals[op_id].deps)
+    return out
 
 
 def _status(finals: dict[str, OpRecord]) -> RootStatus:
@@ -125,14 +181,19 @@ def root_latencies(trace: Trace) -> list[RootLatency]:
     """One `RootLatency` per root record, in record order.
 
     Raises:
-        TraceValidationError: an op names an unknown root, or a root completes before it arrives.
+        TraceValidationError: an op names an unknown root, a root completes before it arrives,
+            or a root names a final op that is not one of its ops.
     """
     by_root = _ops_by_root(trace)
     out = []
     for root in trace.roots:
         finals = final_attempts(by_root.get(root.root_id, ()))
-        status = _status(finals)
-        term = terminal_op(finals.values()) if status is RootStatus.COMPLETED else None
+        status = _status(answer_ops(root, finals)) if finals else RootStatus.INCOMPLETE
+        term = (
+            terminal_op(finals.values(), root.final_op_id)
+            if status is RootStatus.COMPLETED
+            else None
+        )
         done_s = term.times.completed_s if term is not None else None
         if done_s is not None and done_s < root.arrival_s:
             raise TraceValidationError(

@@ -9,6 +9,12 @@ recorded duration. Under Flat every op of a root is released at the root's arriv
 delay); under Arrival at the root's arrival plus the op's recorded submission offset within its
 root (submitted, else ready time). Both are non-causal reference arms and the result says so.
 
+A root is done — its latency ends — when its final op completes if the root record names one
+(`RootRecord.final_op_id`: the op that produced the answer), else when all its ops complete.
+Straggler ops of a k-of-n join still run and are recorded; they no longer extend the root's
+latency. A closed-loop user's next root starts when the previous root is done, and a wall-clock
+replay waits for every op, stragglers included.
+
 Cross-root edges that are not required (persistent-memory state reads) are relaxed: roots arrive
 independently in a replay, so waiting on another root's op would couple arrivals the scenario set
 apart. Required edges are always kept.
@@ -43,7 +49,7 @@ from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import SimPool
 from maserve_prefect.engine.sim.trace_replay import op_submit_time
 from maserve_prefect.engine.target import EngineTarget, parse_engine
-from maserve_prefect.errors import ConfigError, SimulationError
+from maserve_prefect.errors import ConfigError, SimulationError, TraceValidationError
 from maserve_prefect.replay.arrivals import (
     ArrivalProcess,
     BurstArrivals,
@@ -62,7 +68,7 @@ from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.plans import Unit
 from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.trace.cas import BlobStore
-from maserve_prefect.trace.model import OpKind, OpStatus, Trace
+from maserve_prefect.trace.model import OpKind, OpRecord, OpStatus, Trace
 from maserve_prefect.trace.release import (
     BarrierEdge,
     ReleaseRule,
@@ -108,7 +114,8 @@ class ReplayRun:
         pool: the simulated pool (step records, timelines, device time).
         rule: the release rule; `non_causal` is True for Flat / Arrival.
         start_s / end_s: replay start (pool warm) and the last completion.
-        root_arrival_s / root_latency_s: per root, arrival and completion − arrival.
+        root_arrival_s / root_latency_s: per root, arrival and done − arrival (done: its final
+            op completed, else its last op; see the module docstring).
         num_early_releases: ops released before a required predecessor completed (audit).
         num_failed_ops: model ops the engine rejected or failed.
         release_wall_ns: per released op, (trigger, submit) on the driver's wall clock
@@ -184,6 +191,8 @@ class _Driver:
         self.recorded_arrival = {r.root_id: r.arrival_s for r in trace.roots}
         self.realized = {op_id: Realized() for op_id in self.ops}
         self.remaining = {root: len(ids) for root, ids in self.by_root.items()}
+        self.num_open_ops = len(self.ops)
+        self.final_op = _final_ops(trace, self.ops)
         self.arrival: dict[str, float] = {}
         self.finish: dict[str, float] = {}
         self.on_root_done: Any = None
@@ -231,7 +240,15 @@ class _Driver:
         self.finish[root_id] = self.clock.now()
         if self.on_root_done is not None:
             self.on_root_done(root_id)
-        if self.on_all_done is not None and len(self.finish) == len(self.recorded_arrival):
+        self._check_all_done()
+
+    def _check_all_done(self) -> None:
+        """Every root done and every op (stragglers included) completed: the run is over."""
+        if (
+            self.on_all_done is not None
+            and self.num_open_ops == 0
+            and len(self.finish) == len(self.recorded_arrival)
+        ):
             self.on_all_done()
 
     # -- ops -------------------------------------------------------------------------------
@@ -298,8 +315,33 @@ class _Driver:
                 self._schedule_release(succ, now + self.ops[succ].external_delay_s)
         root = self.ops[op_id].root_id
         self.remaining[root] -= 1
-        if self.remaining[root] == 0:
+        self.num_open_ops -= 1
+        final = self.final_op.get(root)
+        if op_id == final or (final is None and self.remaining[root] == 0):
             self._root_done(root)
+        else:
+            self._check_all_done()
+
+
+def _final_ops(trace: Trace, ops: Mapping[str, OpRecord]) -> dict[str, str]:
+    """Root id → its final op id, for the roots that name one.
+
+    Raises:
+        TraceValidationError: a root names a final op that is not one of its ops.
+    """
+    out: dict[str, str] = {}
+    for root in trace.roots:
+        final = root.final_op_id
+        if final is None:
+            continue
+        op = ops.get(final)
+        if op is None or op.root_id != root.root_id:
+            raise TraceValidationError(
+                f"root {root.root_id!r} names final op {final!r}, which is not an op of that "
+                "root in the replayed trace; fix the root's final_op_id or keep the op in the set"
+            )
+        out[root.root_id] = final
+    return out
 
 
 def _effective_predecessors(trace: Trace, rule: ReleaseRule) -> dict[str, tuple[str, ...]]:

@@ -55,7 +55,15 @@ def prefixed(trace: Trace, prefix: str) -> Trace:
     def p(s: str) -> str:
         return f"{prefix}/{s}" if s else s
 
-    roots = [r.model_copy(update={"root_id": p(r.root_id)}) for r in trace.roots]
+    roots = [
+        r.model_copy(
+            update={
+                "root_id": p(r.root_id),
+                "final_op_id": p(r.final_op_id) if r.final_op_id else None,
+            }
+        )
+        for r in trace.roots
+    ]
     stages = [
         s.model_copy(
             update={

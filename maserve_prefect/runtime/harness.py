@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from maserve_prefect.engine.protocol import Control, Outcome, OutcomeStatus, Request
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, TraceValidationError
 from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.lockstep import Gate
 from maserve_prefect.runtime.oprun import OpCounter, OpRun, Scope
@@ -170,6 +170,35 @@ class Harness:
         q = self.qualify(s)
         prefix = q.session_id or q.stage_id
         return f"{prefix}/{self.counter.next(prefix)}"
+
+    def mark_final(self, root_id: str, op_id: str) -> None:
+        """Record that `op_id` produced root `root_id`'s final artifact (its answer).
+
+        The root's latency then ends at that op's completion, not at a straggler's (k-of-n
+        joins leave ops running after the answer exists). Updates the run book and, when there
+        is a ledger, the stored root record (`Ledger.set_root_final`).
+
+        Raises:
+            TraceValidationError: the root has no record here, or `op_id` is not a recorded op
+                of that root (an op is recorded when it finishes; mark it after its result).
+        """
+        with self._lock:
+            root = self.book.roots.get(root_id)
+            if root is None:
+                raise TraceValidationError(
+                    f"mark_final({root_id!r}, {op_id!r}): root {root_id!r} has no record in run "
+                    f"{self.trace_id!r}; mark the final op from inside the root's flow"
+                )
+            owners = {op.root_id for op in self.book.ops if op.op_id == op_id}
+            if owners != {root_id}:
+                found = f"belongs to root {sorted(owners)[0]!r}" if owners else "is not recorded"
+                raise TraceValidationError(
+                    f"mark_final({root_id!r}, {op_id!r}): op {op_id!r} {found} in run "
+                    f"{self.trace_id!r}; name an op of this root after it has finished"
+                )
+            if self.ledger is not None:
+                self.ledger.set_root_final(self.trace_id, root_id, op_id)
+            self.book.roots[root_id] = root.model_copy(update={"final_op_id": op_id})
 
     # -- ops -------------------------------------------------------------------------------
 

@@ -196,6 +196,57 @@ class Ledger:
                 )
             )
 
+    def set_root_final(self, trace_id: str, root_id: str, op_id: str) -> None:
+        """Name `op_id` as the op that produced root `root_id`'s final artifact.
+
+        One transaction rewrites the stored root record with `final_op_id` set; nothing else
+        in the row changes. Setting it again (a later answer) replaces it.
+
+        Raises:
+            TraceNotFoundError: no run `trace_id`.
+            TraceValidationError: the root is not recorded, or `op_id` is not a recorded op of
+                that root (record the op with `append_op` first).
+
+        Examples:
+            >>> from maserve_prefect.trace.cas import MemoryStore
+            >>> from maserve_prefect.trace.model import OpKind
+            >>> lg = Ledger("sqlite://", MemoryStore())
+            >>> lg.begin_run(Manifest(trace_id="t")); lg.add_root("t", RootRecord(root_id="r"))
+            >>> lg.append_op("t", OpRecord(op_id="r/0", root_id="r", kind=OpKind.MODEL))
+            >>> lg.set_root_final("t", "r", "r/0")
+            >>> lg.load_trace("t").roots[0].final_op_id
+            'r/0'
+        """
+        where = f"final op {op_id!r} of root {root_id!r} of run {trace_id!r}"
+        with self._write(where) as session:
+            self._run_row(session, trace_id)
+            row = session.exec(
+                select(RootRow).where(RootRow.trace_id == trace_id, RootRow.root_id == root_id)
+            ).first()
+            if row is None:
+                raise TraceValidationError(
+                    f"{where}: the root is not recorded; call add_root first"
+                )
+            owners = set(
+                session.exec(
+                    select(OpRow.root_id)
+                    .where(OpRow.trace_id == trace_id, OpRow.op_id == op_id)
+                    .distinct()
+                )
+            )
+            if not owners:
+                raise TraceValidationError(
+                    f"{where}: the op is not recorded in this run; append it before naming it final"
+                )
+            if owners != {root_id}:
+                raise TraceValidationError(
+                    f"{where}: the op belongs to root {sorted(owners)[0]!r}; name an op of the "
+                    "root itself"
+                )
+            record = RootRecord.model_validate_json(row.record_json)
+            row.record_json = record.model_copy(update={"final_op_id": op_id}).to_json_line()
+            session.add(row)
+
     def add_stage(self, trace_id: str, stage: StageRecord) -> None:
         """Record a stage instance; its root must already be recorded."""
         with self._write(f"stage {stage.stage_id!r} of run {trace_id!r}") as session:

@@ -156,7 +156,13 @@ class OpRecord(_Record):
 
 
 class RootRecord(_Record):
-    """One root task instance (a workflow invocation or an imported request)."""
+    """One root task instance (a workflow invocation or an imported request).
+
+    `final_op_id` names the op whose output is the root's final artifact (the answer), when the
+    run knows it. A k-of-n join leaves straggler ops that may finish after it: the root's latency
+    ends at this op's completion, not at the last op's (`metrics.task`, the replay driver).
+    None means "the op that completed last".
+    """
 
     root_id: str
     workflow: str = ""
@@ -164,6 +170,7 @@ class RootRecord(_Record):
     binding_instance: str = ""
     arrival_s: float = 0.0
     seed: int | None = None
+    final_op_id: str | None = None
 
 
 class StageRecord(_Record):

@@ -76,6 +76,7 @@ def test_request_limit_suite_rows(prefect_api: None) -> None:
     assert [r["max_num_seqs"] for r in rows] == [64, 128]
     for r in rows:
         assert r["output_tps"] > 0 and 0.0 <= r["attainment"] <= 1.0
+        assert 0 < r["peak_running_seqs"] <= r["max_num_seqs"]  # the engine honours the limit
     assert rows[1]["tps_vs_smaller"] in {"up", "down", "flat"}
 
 
