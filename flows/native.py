@@ -27,11 +27,13 @@ from maserve_prefect.engine.protocol import Replica
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import SimPool
 from maserve_prefect.engine.target import EngineTarget, parse_engine
+from maserve_prefect.errors import ConfigError, UnsupportedError
 from maserve_prefect.runner import MAServeTaskRunner, mark_participant
 from maserve_prefect.runtime.dispatcher import Dispatcher
-from maserve_prefect.runtime.harness import Harness, activate
+from maserve_prefect.runtime.harness import Harness, activate, get_harness
 from maserve_prefect.runtime.lockstep import Gate, VirtualGate
 from maserve_prefect.runtime.oprun import scope
+from maserve_prefect.runtime.pool_control import needs_pool, sim_pool_dispatcher
 from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.runtime.wallgate import WallGate
 from maserve_prefect.spec.binding import Quality, TaskBinding
@@ -120,6 +122,8 @@ def root_flow(root_id: str, instance_id: str, run_key: str) -> dict[str, Any]:
         run_workload(env)
         final = env.artifacts[cfg.workflow.final_artifact()]
         answer = resolve(final)
+        if answer.producer:  # the answer's op ends the root's latency; stragglers may run on
+            get_harness(run_key).mark_final(root_id, answer.producer)
     quality = cfg.binding.evaluate(instance, answer.text)
     return {"root_id": root_id, "answer": answer.digest, "quality": quality}
 
@@ -154,6 +158,8 @@ def run_native(
     engine: str | EngineTarget = "sim",
     content_source: str = "binding",
     replicas_factory: NativeReplicaFactory | None = None,
+    plan: str = "fcfs",
+    pool_start: str = "warm",
 ) -> NativeRun:
     """Realize `users` roots of `workflow` on an engine (see the module docstring).
 
@@ -164,6 +170,15 @@ def run_native(
             generates freely.
         replicas_factory: builds a real engine's replicas: `(now, deliver, deployments) ->
             (replicas, close)` (default: OpenAI-compatible replicas on the target server).
+        plan: the dispatcher's plan. A pool plan ("joint", "pool-fcfs", "parrot", "kairos")
+            also decides the simulated pool's lifecycle (loads, reclaims, leases) from the
+            near-ready and ready ops the task runner reports (`runtime.pool_control`).
+        pool_start: "warm" (the pool file's placements are loaded before roots arrive) or
+            "cold" (no replica; a pool plan loads what the work needs).
+
+    Raises:
+        ConfigError: a cold start under a plain plan (nothing would ever load).
+        UnsupportedError: a pool plan or cold start on a real engine (not wired yet).
     """
     from maserve_prefect.bindings import content_model_for, get_binding
 
@@ -181,11 +196,28 @@ def run_native(
     sim_pool: SimPool | None = None
     close_engine: Callable[[], None] = lambda: None  # noqa: E731
     gate: Gate
+    pool_plan = needs_pool(plan)
+    if pool_start == "cold" and not pool_plan:
+        raise ConfigError(
+            f"pool_start='cold' under plan {plan!r}: a plain plan never loads a replica; use a "
+            "pool plan (joint, pool-fcfs, parrot, kairos) or a warm start"
+        )
     if target.is_sim and replicas_factory is None:
         kernel = Kernel()
-        sim_pool = build_sim_pool(pool_file, kernel)
+        if pool_plan:
+            names = sorted(set(deployments.values()))
+            sim_pool, dispatcher = sim_pool_dispatcher(
+                pool_file, kernel, plan, start=pool_start, deployments=names
+            )
+        else:
+            sim_pool = build_sim_pool(pool_file, kernel)
+            dispatcher = Dispatcher(sim_pool.replicas, kernel.now, plan)
         gate = VirtualGate(kernel)
-        dispatcher = Dispatcher(sim_pool.replicas, kernel.now)
+    elif pool_plan or pool_start != "warm":
+        raise UnsupportedError(
+            f"plan {plan!r} / pool_start {pool_start!r} on {target}: pool plans drive the "
+            "simulator's pool only for now; run real engines with plan='fcfs' and a warm pool"
+        )
     else:
         wall = WallGate()
         gate = wall
@@ -204,6 +236,7 @@ def run_native(
         seeds={"seed": seed},
         notes={
             "pool": pool_file.model_dump(mode="json", exclude={"source"}),
+            **({"plan": plan, "pool_start": pool_start} if pool_plan else {}),
             "content_source": "binding" if target.is_sim else content_source,
         },
     )

@@ -7,7 +7,16 @@ What it does differently from Prefect's ThreadPoolTaskRunner:
   ever parks on a dependency. Flows submit a stage's ops eagerly with futures as parameters, so the
   runner sees the graph ahead of readiness.
 - **Reports readiness.** Ready and near-ready ops (every predecessor done or running, at least one
-  running) go to the harness's dispatcher, where prefetch, fusion and placement plug in.
+  running) go to the harness's dispatcher, where prefetch, fusion and placement plug in. A model
+  op is reported with what the runner knows before it runs: its deployment (from its
+  parameters), its output limit (`max_tokens`, else `tasks.model.DEFAULT_MAX_TOKENS`; the real
+  length is drawn or generated inside the op), 0 prompt tokens (built inside the op), its
+  priority, and the model ops it waits for — through transforms, tools and state ops between
+  them. For model ops near-ready looks through maserve non-model ops that have not started yet
+  (they are predicted to take no time), so a writer behind a vote is near-ready while the
+  voters run; a model op that was never near-ready is reported as known when it is released,
+  just before its ready event. Pool plans (`runtime.pool_control`) build their window from these
+  events; plain plans ignore the extra fields.
 - **Records the Semantic Trace.** Hierarchy comes from `scope(...)` at submission; typed deps from
   the futures in parameters (data) and `wait_for` (control), plus state deps ops add while running;
   ready / submitted / completed times come from the harness clock; each finished op is appended
@@ -64,8 +73,9 @@ from maserve_prefect.runtime.opfutures import (
 )
 from maserve_prefect.runtime.oprun import OpRun, current_scope, running
 from maserve_prefect.runtime.plans import Unit
+from maserve_prefect.tasks.model import DEFAULT_MAX_TOKENS
 from maserve_prefect.tasks.ops_common import OP_KIND_ATTR, op_kind_of
-from maserve_prefect.trace.model import EdgeKind, OpStatus
+from maserve_prefect.trace.model import EdgeKind, OpKind, OpStatus
 
 __all__ = ["MAServeFuture", "MAServeTaskRunner", "mark_participant"]
 
@@ -89,7 +99,9 @@ class _Node:
     num_pending: int = 0
     started: bool = False
     done: bool = False
-    near_ready_sent: bool = False
+    near_ready_sent: bool = False  # near-ready (or, for a model op, known) was reported
+    model: bool = False  # a model op
+    see_through: bool = False  # a maserve non-model op: model near-ready looks through it
 
 
 class MAServeTaskRunner(TaskRunner[MAServeFuture]):
@@ -235,9 +247,10 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         named = copy.copy(task)
         named.task_run_name = op_id.replace("{", "{{").replace("}", "}}")  # Prefect formats it
         flow_ctx = FlowRunContext.get()
+        kind = op_kind_of(task)
         node = _Node(
             task_run_id=task_run_id,
-            op=OpRun(op_id=op_id, scope=s, kind=op_kind_of(task), task_name=task.name),
+            op=OpRun(op_id=op_id, scope=s, kind=kind, task_name=task.name),
             task=named,
             parameters=parameters if remote else _quote_plain(parameters),
             wait_for=list(wait_for) if wait_for else None,
@@ -246,6 +259,9 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             future=MAServeFuture(task_run_id, concurrent.futures.Future(), self, op_id),
             flow_run_id=str(flow_ctx.flow_run.id) if flow_ctx and flow_ctx.flow_run else None,
             remote=remote,
+            model=kind is OpKind.MODEL,
+            see_through=kind is not OpKind.MODEL
+            and getattr(getattr(task, "fn", None), OP_KIND_ATTR, None) is not None,
         )
         node.future._node = node
 
@@ -307,16 +323,51 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         if harness is None or harness.dispatcher is None or node.near_ready_sent:
             return
         with self._lock:
-            ups = node.upstream
+            ups = _effective_upstream(node) if node.model else node.upstream
             if not ups or not all(u.started or u.done for u in ups):
                 return
             if not any(u.started and not u.done for u in ups):
                 return
             node.near_ready_sent = True
-        unit = Unit(node.op.op_id, node.op.scope.root_id, "", 0, 0, workflow=node.op.scope.workflow)
+            preds = _model_preds(node) if node.model else ()
+        unit = self._unit_of(node)
         dispatcher = harness.dispatcher
         harness.gate.defer(
-            (harness.gate.now(), node.op.op_id), lambda: dispatcher.on_near_ready(unit)
+            (harness.gate.now(), node.op.op_id), lambda: dispatcher.on_near_ready(unit, preds)
+        )
+
+    def _report_known(self, node: _Node) -> None:
+        """A model op released without a near-ready report: tell the dispatcher it exists (and
+        what it waits for) before its ready event, which comes from inside the op."""
+        harness = self._harness
+        if harness is None or harness.dispatcher is None:
+            return
+        with self._lock:
+            if node.near_ready_sent:
+                return
+            node.near_ready_sent = True
+            preds = _model_preds(node)
+        unit = self._unit_of(node)
+        dispatcher = harness.dispatcher
+        harness.gate.defer(
+            (harness.gate.now(), node.op.op_id), lambda: dispatcher.on_known(unit, preds)
+        )
+
+    def _unit_of(self, node: _Node) -> Unit:
+        """What the dispatcher can know of an op before it runs (module docstring)."""
+        s = node.op.scope
+        if not node.model:
+            return Unit(node.op.op_id, s.root_id, "", 0, 0, workflow=s.workflow)
+        limit = _param(node, "max_tokens")
+        priority = _param(node, "priority")
+        return Unit(
+            node.op.op_id,
+            s.root_id,
+            str(_param(node, "deployment") or ""),
+            0,
+            limit if isinstance(limit, int) else DEFAULT_MAX_TOKENS,
+            priority if isinstance(priority, int) else 0,
+            workflow=s.workflow,
         )
 
     def _release(self, node: _Node) -> None:
@@ -324,6 +375,8 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         if harness is not None:
             harness.gate.admit()  # counted before the giver (an upstream op or the flow) leaves
             node.op.ready_s = harness.gate.now()
+            if node.model and not node.near_ready_sent:
+                self._report_known(node)
         if node.remote:
             node.context.run(self._submit_inner, node)
             return
@@ -334,7 +387,10 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         with self._lock:
             node.started = True
             downstream = list(node.downstream)
+            ahead = _model_ops_ahead(downstream)
         for d in downstream:
+            self._check_near_ready(d)
+        for d in ahead:
             self._check_near_ready(d)
 
     def _run(self, node: _Node) -> None:
@@ -396,6 +452,66 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             node.future.wrapped_future.set_result(state)  # releases downstream (admits) first
             if harness is not None:
                 harness.gate.leave()
+
+
+def _effective_upstream(node: _Node) -> list[_Node]:
+    """A model op's upstream for near-ready: pending maserve non-model ops are looked through
+    (replaced by their own upstream, recursively); anything started, done or opaque stays."""
+    out: list[_Node] = []
+    seen: set[int] = set()
+    stack = list(reversed(node.upstream))
+    while stack:
+        u = stack.pop()
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        if u.see_through and not (u.started or u.done):
+            stack.extend(reversed(u.upstream))
+        else:
+            out.append(u)
+    return out
+
+
+def _model_preds(node: _Node) -> tuple[str, ...]:
+    """The model ops `node` waits for, through any non-model ops between (sorted ids)."""
+    found: set[str] = set()
+    seen: set[int] = set()
+    stack = list(node.upstream)
+    while stack:
+        u = stack.pop()
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        if u.model:
+            found.add(u.op.op_id)
+        else:
+            stack.extend(u.upstream)
+    return tuple(sorted(found))
+
+
+def _model_ops_ahead(downstream: list[_Node]) -> list[_Node]:
+    """Model ops reached from `downstream` through pending maserve non-model ops only (the
+    direct downstream excluded): a start there may make them near-ready."""
+    out: list[_Node] = []
+    seen: set[int] = set()
+    stack = [d for d in downstream if d.see_through and not (d.started or d.done)]
+    while stack:
+        d = stack.pop()
+        for n in d.downstream:
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            if n.model:
+                out.append(n)
+            elif n.see_through and not (n.started or n.done):
+                stack.append(n)
+    return out
+
+
+def _param(node: _Node, name: str) -> Any:
+    """A submitted parameter's value (unwrapping the runner's `quote`)."""
+    value = node.parameters.get(name)
+    return value.unquote() if isinstance(value, quote) else value
 
 
 def _bind(harness: Harness | None) -> contextlib.AbstractContextManager[Any]:

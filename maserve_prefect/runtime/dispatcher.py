@@ -8,14 +8,33 @@ applied to the pool, and engine outcomes come back as completion events. The tas
 replay driver both drive this same object; schedulers and HEAR policies only add plans (registered
 by name in `runtime.plans`) and snapshot fields.
 
+Pool plans. Given a `PoolController` (`runtime.pool_control`: lifecycle, grant and lease books
+over a pool), the dispatcher drives a pool plan (`joint`, `pool-fcfs`, `parrot`, `kairos`) the
+same way, with three differences that plain plans never see:
+
+- it plans once per instant, not once per event: an event asks for a replan at the current time
+  on the pool's clock (LATE, after everything else due then), and events nested in an event
+  (units made ready while a completion is handled) or inside `batch()` ask once, at the end — so
+  a root's arrival or a completion and everything it releases are one decision;
+- it plans on every event, with or without ready units (prefetch plans on near-ready and
+  lifecycle-done events), and the snapshot is a `PoolSnapshot`;
+- decisions carry lifecycle: the controller applies unloads, loads (held for `after`) and grants
+  before the submits; a granted unit goes to its replica the moment it is ready.
+
+Units reach a pool plan's window as they become known: `on_known` / `on_near_ready` reveal a unit
+with its predecessors (sizes estimated until it is ready), `on_ready` brings its real request.
+Events that carry no model call (a near-ready transform) change nothing and do not replan.
+
 Threading: every method runs on the clock's thread (the lockstep gate's clock thread in virtual
 time, or under the gate's lock in wall time), so the books need no locks of their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from maserve_prefect.engine.protocol import (
     Acceptance,
@@ -27,8 +46,13 @@ from maserve_prefect.engine.protocol import (
     Request,
     Ticket,
 )
+from maserve_prefect.engine.sim.kernel import LATE
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.runtime.plans import Decisions, Plan, ReplicaView, Snapshot, Unit, get_plan
+from maserve_prefect.runtime.window import WorkUnit
+
+if TYPE_CHECKING:
+    from maserve_prefect.runtime.pool_control import PoolController
 
 DEAD_LIFECYCLES = frozenset({"stopped", "unreachable", "unloaded", "failed"})
 """Replica lifecycles from which nothing will ever be served again without outside action."""
@@ -60,6 +84,14 @@ class _Pending:
     on_done: Callable[[Outcome], None]
 
 
+class PlanObserver(Protocol):
+    """Called around every pool-mode plan (a measuring driver accounts waits there)."""
+
+    def before_plan(self, now: float) -> None: ...
+
+    def after_plan(self, now: float) -> None: ...
+
+
 @dataclass(slots=True)
 class DispatcherStats:
     """Counters a report can show: events seen and decisions applied."""
@@ -78,6 +110,8 @@ class Dispatcher:
         replicas: callable returning the current replicas (a Pool's `replicas`, or a fixed list).
         now: the clock's `now`.
         plan: a registered plan name (default "fcfs") or a `Plan` instance.
+        pool: the pool's controller: turns on pool mode (module docstring); pool plans need it.
+        observer: pool mode: called before and after every plan.
 
     Examples:
         >>> from maserve_prefect.engine.sim.kernel import Kernel
@@ -100,6 +134,9 @@ class Dispatcher:
         replicas: Callable[[], Sequence[Replica]],
         now: Callable[[], float],
         plan: str | Plan = "fcfs",
+        *,
+        pool: PoolController | None = None,
+        observer: PlanObserver | None = None,
     ) -> None:
         self._replicas = replicas
         self._now = now
@@ -110,19 +147,59 @@ class Dispatcher:
         self._inflight: dict[str, str] = {}
         self._arrivals: dict[str, float] = {}
         self.stats = DispatcherStats()
+        self.pool = pool
+        self._observer = observer
+        self._depth = 0  # pool mode: > 0 while an event is being handled or a batch is open
+        self._held = False  # pool mode: an event inside the current batch asked for a replan
+        self._replan_pending = False
+        if pool is not None:
+            pool.on_lifecycle_done = self.on_lifecycle_done
 
     # -- events ----------------------------------------------------------------------------
 
     def on_arrival(self, root_id: str) -> None:
         """A root task arrived."""
         self._arrivals[root_id] = self._now()
+        if self.pool is not None:
+            self.pool.arrive(root_id, self._now())
         self._event("arrival")
 
-    def on_near_ready(self, unit: Unit) -> None:
-        """A unit's predecessors are all done or running (at least one running)."""
+    def on_near_ready(self, unit: Unit, preds: Sequence[str] = ()) -> None:
+        """A unit's predecessors are all done or running (at least one running).
+
+        `preds`: the model calls it waits for (pool mode: its edges in the window).
+        """
+        if self.pool is not None:
+            if self._reveal(unit, preds):
+                self._event("near_ready")
+            return
         if unit.unit_id not in self._ready and unit.unit_id not in self._inflight:
             self._near_ready[unit.unit_id] = unit
         self._event("near_ready")
+
+    def on_known(self, unit: Unit, preds: Sequence[str] = ()) -> None:
+        """A model call became known before it is ready (pool mode; plain plans ignore it)."""
+        if self.pool is not None and self._reveal(unit, preds):
+            self._event("known")
+
+    def _reveal(self, unit: Unit, preds: Sequence[str]) -> bool:
+        assert self.pool is not None
+        uid = unit.unit_id
+        if not unit.deployment or uid in self._ready or uid in self._inflight:
+            return False  # not a model call, or already past what this event can tell
+        if uid in self.pool.units:
+            return False  # known: sizes come with its ready event
+        work = WorkUnit(
+            uid,
+            unit.root_id,
+            unit.deployment,
+            unit.num_prompt_tokens,
+            unit.max_tokens,
+            preds=tuple(preds),
+            priority=unit.priority,
+            workflow=unit.workflow,
+        )
+        return self.pool.reveal(work, self._now())
 
     def on_ready(
         self,
@@ -137,7 +214,13 @@ class Dispatcher:
         if unit.unit_id in self._ready or unit.unit_id in self._inflight:
             raise ConfigError(f"dispatcher: unit {unit.unit_id!r} was made ready twice")
         self._near_ready.pop(unit.unit_id, None)
-        self._ready[unit.unit_id] = _Pending(unit, request, controls, on_submitted, on_done)
+        pending = _Pending(unit, request, controls, on_submitted, on_done)
+        self._ready[unit.unit_id] = pending
+        if self.pool is not None:
+            target = self.pool.mark_ready(unit, self._now())
+            if target is not None:  # a standing grant: straight to its replica
+                del self._ready[unit.unit_id]
+                self._submit(pending, self._replica(target))
         self._event("ready")
 
     def on_lifecycle_done(self, replica: str) -> None:
@@ -147,13 +230,30 @@ class Dispatcher:
     def _on_complete(self, pending: _Pending, replica: str, outcome: Outcome) -> None:
         self._inflight.pop(pending.unit.unit_id, None)
         self._outstanding[replica] = self._outstanding.get(replica, 1) - 1
-        pending.on_done(outcome)
+        if self.pool is None:
+            pending.on_done(outcome)
+        else:
+            with self.batch():  # what the completion releases is decided together with it
+                self.pool.mark_done(pending.unit.unit_id, replica, self._now())
+                pending.on_done(outcome)
         self._event("complete")
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Pool mode: events inside the block replan once, when the outermost block ends."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self._held:
+            self._held = False
+            self._request_replan()
 
     # -- planning --------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        """The immutable view a plan decides on."""
+        """The immutable view a plan decides on (a `PoolSnapshot` in pool mode)."""
         views = []
         for rep in self._replicas():
             st: EngineState = rep.state()
@@ -168,6 +268,8 @@ class Dispatcher:
                     kv_usage=st.kv_usage,
                 )
             )
+        if self.pool is not None:
+            return self.pool.snapshot(self._now(), tuple(views))
         ready = tuple(
             sorted((p.unit for p in self._ready.values()), key=lambda u: (u.ready_s, u.unit_id))
         )
@@ -177,6 +279,12 @@ class Dispatcher:
     def _event(self, kind: str) -> None:
         self.stats.num_events += 1
         self.stats.by_event[kind] = self.stats.by_event.get(kind, 0) + 1
+        if self.pool is not None:
+            if self._depth:
+                self._held = True
+            else:
+                self._request_replan()
+            return
         if not self._ready:
             return
         snap = self.snapshot()
@@ -184,6 +292,26 @@ class Dispatcher:
         self.stats.num_plans += 1
         self._apply(decisions)
         self._fail_orphans(snap)
+
+    def _request_replan(self) -> None:
+        if not self._replan_pending:
+            assert self.pool is not None
+            self._replan_pending = True
+            clock = self.pool.clock
+            clock.call_at(clock.now(), self._replan, LATE, "replan")
+
+    def _replan(self) -> None:
+        assert self.pool is not None
+        self._replan_pending = False
+        now = self._now()
+        if self._observer is not None:
+            self._observer.before_plan(now)
+        decisions = self.plan.plan(self.snapshot())
+        self.stats.num_plans += 1
+        self._apply(decisions)
+        self.pool.check_thrash(self.plan.name)
+        if self._observer is not None:
+            self._observer.after_plan(now)
 
     def _fail_orphans(self, snap: Snapshot) -> None:
         """Fail ready units whose deployment's replicas are all dead (stopped, unreachable).
@@ -215,7 +343,15 @@ class Dispatcher:
                 )
             )
 
+    def _replica(self, name: str) -> Replica:
+        for r in self._replicas():
+            if r.name == name:
+                return r
+        raise ConfigError(f"plan {self.plan.name!r} chose unknown replica {name!r}")
+
     def _apply(self, decisions: Decisions) -> None:
+        if self.pool is not None:
+            self.pool.apply(decisions, self.plan.name)
         by_name: Mapping[str, Replica] = {r.name: r for r in self._replicas()}
         for sub in decisions.submits:
             pending = self._ready.pop(sub.unit_id, None)
@@ -236,6 +372,8 @@ class Dispatcher:
             pending.on_submitted(now, replica.name)
         if ticket.acceptance is not Acceptance.ACCEPTED:
             self.stats.num_rejected += 1
+            if self.pool is not None:
+                self.pool.mark_done(pending.unit.unit_id, None, now)
             pending.on_done(
                 _failed(
                     pending.request,
@@ -248,4 +386,6 @@ class Dispatcher:
         self._inflight[pending.unit.unit_id] = replica.name
         self._outstanding[replica.name] = self._outstanding.get(replica.name, 0) + 1
         name = replica.name
+        if self.pool is not None:
+            self.pool.mark_submitted(pending.unit.unit_id, name, now)
         ticket.on_done(lambda outcome: self._on_complete(pending, name, outcome))

@@ -1,13 +1,20 @@
 """The pool executor: run workflow DAGs on a simulated GPU pool under any pool plan, and measure.
 
-One idea: the executor owns the books a pool plan must not touch — unit statuses, grants and
-leases, loads waiting for their victims, predicted transition times — and turns them into an
-immutable `PoolSnapshot` at every event (root arrival, unit ready / complete, load or unload done;
-events at one instant share one replan). It then applies the plan's `Decisions` to a `SimPool` on
-the kernel: unloads first, then loads (a load with `after` starts when those unloads end), then
-grants, then submits. A granted chain's later members go to their replica the instant they are
-ready, and the replica stays leased until the chain ends. Anything an engine refuses, or a plan
-reclaiming a leased replica, stops the run with an error: it is a plan bug, never skipped.
+One idea: the executor is a thin driver over the one dispatcher (`runtime.dispatcher`) in pool
+mode. It owns only the workload and the measurements: roots arrive at their offsets, a unit is
+released to `Dispatcher.on_ready` when its predecessors have completed, and completions come back
+through the dispatcher. Everything a pool plan needs — unit statuses, grants and leases, loads
+waiting for their victims, predicted transition times, the `PoolSnapshot`, and applying the
+plan's `Decisions` to the `SimPool` (unloads, then loads, then grants, then submits) — lives in the
+dispatcher and its `PoolController` (`runtime.pool_control`), the same code a native run through
+`MAServeTaskRunner` uses. Events at one instant share one replan. Anything an engine refuses, or a
+plan reclaiming a leased replica, stops the run with an error: it is a plan bug, never skipped.
+
+What plans know of a root's DAG (`ExecOptions.reveal`): "arrival" — the whole DAG when the root
+arrives (the executor's default); "released" — a unit becomes known once every predecessor has
+been released, with estimated sizes (0 prompt tokens, `DEFAULT_OUTPUT_LIMIT` output) until it is
+ready: what `MAServeTaskRunner` can report in a native run, so a replay of a native trace under
+"released" (with the trace's token-locked `requests`) makes the native run's decisions.
 
 Measured per op: ready / submitted / first token / completion, and the model-availability delay
 of every ready op split by what the pool looked like while it waited — `wait_load_s` (no replica
@@ -39,45 +46,37 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from maserve_prefect.clock import LATE, URGENT
-from maserve_prefect.engine.protocol import (
-    Acceptance,
-    LifecycleTicket,
-    Outcome,
-    OutcomeStatus,
-    Request,
-)
-from maserve_prefect.engine.sim.device import Deployment, ReplicaStatus
+from maserve_prefect.clock import URGENT
+from maserve_prefect.engine.protocol import Outcome, OutcomeStatus, Request
+from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.engine.sim.device_time import DeviceTimeRow
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import SimPool
 from maserve_prefect.errors import ConfigError, SimulationError
-from maserve_prefect.runtime.constructor import fusible_chains
-from maserve_prefect.runtime.joint_plan import PlanOptions, PoolSnapshot
-from maserve_prefect.runtime.plans import Decisions, Load, Plan, ReplicaView, Unit, get_plan
-from maserve_prefect.runtime.pool_state import (
-    ActiveRequest,
-    CostModel,
-    DeviceInfo,
-    Lease,
-    PlannedLoad,
-    PoolState,
-    ReplicaInfo,
-    ReplicaPhase,
-    RooflineCostModel,
-    deployment_info,
+from maserve_prefect.runtime.dispatcher import Dispatcher
+from maserve_prefect.runtime.joint_plan import PlanOptions
+from maserve_prefect.runtime.plans import Plan, Unit, get_plan
+from maserve_prefect.runtime.pool_control import (
+    DEFAULT_OUTPUT_LIMIT,
+    LifecycleEvent,
+    PoolController,
+    SimPoolHandle,
 )
-from maserve_prefect.runtime.window import UnitStatus, WorkUnit, build_window, dag_stats
+from maserve_prefect.runtime.pool_state import CostModel, RooflineCostModel
+from maserve_prefect.runtime.window import UnitStatus, WorkUnit
+
+__all__ = [
+    "REVEAL_MODES",
+    "ExecOptions",
+    "LifecycleEvent",
+    "OpResult",
+    "PoolRunResult",
+    "Workflow",
+    "run_pool",
+]
 
 GIB = 1 << 30
-_PHASE = {
-    ReplicaStatus.LOADING: ReplicaPhase.LOADING,
-    ReplicaStatus.WAKING: ReplicaPhase.LOADING,
-    ReplicaStatus.READY: ReplicaPhase.RESIDENT,
-    ReplicaStatus.FALLING_ASLEEP: ReplicaPhase.SLEEPING,
-    ReplicaStatus.ASLEEP: ReplicaPhase.SLEEPING,
-    ReplicaStatus.UNLOADING: ReplicaPhase.UNLOADING,
-}
+REVEAL_MODES = ("arrival", "released")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +99,11 @@ class ExecOptions:
         kv_cache_bytes: KV pool of the default deployments (and of the default cost model).
         aging_s / prefetch_slack_s / tie_s: passed to the plan (`PlanOptions`).
         warm: (deployment, device) pairs loaded before the run starts (time 0 = warm pool).
+        reveal: what plans know of a root's DAG — "arrival" (all of it when the root arrives)
+            or "released" (as MAServeTaskRunner reports it natively; module docstring).
+        requests: the engine request of a unit by id (e.g. token-locked from a trace, so prefix
+            caching sees what the native run saw); default: a length-locked request from the
+            unit's sizes.
     """
 
     fusion: bool = True
@@ -110,6 +114,8 @@ class ExecOptions:
     prefetch_slack_s: float = 5.0
     tie_s: float = 2.0
     warm: tuple[tuple[str, str], ...] = ()
+    reveal: str = "arrival"
+    requests: Mapping[str, Request] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,20 +138,6 @@ class OpResult:
     wait_other_s: float
     reacquire_s: float
     chain: str
-
-
-@dataclass(frozen=True, slots=True)
-class LifecycleEvent:
-    """One lifecycle action the run executed."""
-
-    action: str
-    replica: str
-    deployment: str
-    device: str
-    start_s: float
-    end_s: float
-    prefetch: bool = False
-    units: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,18 +187,11 @@ class _Op:
     waits: dict[str, float] = field(default_factory=dict)
     wait_since: float = 0.0
     category: str = ""
-    chain: str = ""
-
-
-@dataclass(slots=True)
-class _Waiting:
-    load: Load
-    pending: set[str]
-    start_s: float
+    revealed: bool = False
 
 
 class _PoolRun:
-    """Event logic of one executor run (module docstring)."""
+    """One executor run: releases units into the dispatcher and measures (module docstring)."""
 
     def __init__(
         self,
@@ -217,17 +202,15 @@ class _PoolRun:
         costs: CostModel,
         options: ExecOptions,
     ) -> None:
+        if options.reveal not in REVEAL_MODES:
+            raise ConfigError(
+                f"ExecOptions(reveal={options.reveal!r}): expected one of {REVEAL_MODES}"
+            )
         self.kernel = Kernel()
         self.pool = SimPool(self.kernel, devices)
-        self.plan, self.costs, self.opts = plan, costs, options
+        self.plan, self.opts = plan, options
         self.workflows = list(workflows)
         self.deps = _deployments(self.workflows, deployments, options)
-        gpus = {self.pool.slot(d).gpu.name for d in self.pool.devices()}
-        self.info = {n: deployment_info(d, gpus) for n, d in self.deps.items()}
-        self.device_infos = tuple(
-            DeviceInfo(n, self.pool.slot(n).gpu.name, self.pool.slot(n).gpu.memory_bytes)
-            for n in self.pool.devices()
-        )
         self.ops: dict[str, _Op] = {}
         self.by_root: dict[str, list[str]] = {}
         for wf in self.workflows:
@@ -240,33 +223,31 @@ class _PoolRun:
                     )
                 self.ops[u.unit_id] = _Op(u)
                 self.by_root.setdefault(wf.root_id, []).append(u.unit_id)
-        units = {k: o.unit for k, o in self.ops.items()}
-        self.best_rt = {k: self._best_runtime(u) for k, u in units.items()}
-        self.stats = dag_stats(units, lambda u: self.best_rt[u.unit_id])
-        self.chains = fusible_chains(units, options.fusion)
-        self.plan_opts = PlanOptions(
+        plan_opts = PlanOptions(
             options.fusion,
             options.prefetch,
             options.aging_s,
             options.prefetch_slack_s,
             options.tie_s,
         )
+        self.control = PoolController(
+            SimPoolHandle(self.pool), self.kernel, self.deps, costs, plan_opts
+        )
+        units = [op.unit for op in self.ops.values()]
+        if options.reveal == "arrival":
+            self.control.declare(units)
+        else:  # validate up front what `reveal` would only find mid-run
+            check = PoolController(
+                SimPoolHandle(self.pool), self.kernel, self.deps, costs, plan_opts
+            )
+            check.declare(units)
+        self.dispatcher = Dispatcher(
+            self.pool.replicas, self.kernel.now, plan, pool=self.control, observer=self
+        )
         self.arrival: dict[str, float] = {}
         self.finish: dict[str, float] = {}
         self.left = {r: len(ids) for r, ids in self.by_root.items()}
-        self.live: dict[str, None] = {}  # arrived, unfinished roots (arrival order)
         self.ready: dict[str, None] = {}  # ready, unsubmitted units
-        self.active: dict[str, list[ActiveRequest]] = {}
-        self.grants: dict[str, tuple[str, list[str]]] = {}  # chain id -> (replica, units left)
-        self.grant_of: dict[str, str] = {}
-        self.ready_at: dict[str, float] = {}  # replica -> predicted end of its transition
-        self.last_used: dict[str, float] = {}
-        self.waiting: list[_Waiting] = []
-        self.where: dict[str, tuple[str, str]] = {}  # replica -> (deployment, device)
-        self.events: list[LifecycleEvent] = []
-        self.open: dict[str, LifecycleEvent] = {}
-        self.replan_pending = False
-        self.num_plans = 0
         self.start_s = 0.0
 
     # -- setup -----------------------------------------------------------------------------
@@ -274,33 +255,16 @@ class _PoolRun:
     def _dep_name(self, name: str, root: str) -> str:
         return name if self.opts.coalesce else f"{name}~{root}"
 
-    def _best_runtime(self, u: WorkUnit) -> float:
-        info = self.info[u.deployment]
-        if not info.fits:
-            raise ConfigError(
-                f"unit {u.unit_id!r}: deployment {u.deployment!r} ({info.model}) fits no device "
-                f"of the pool {list(self.pool.devices())}; add a larger device or shrink its KV"
-            )
-        return min(
-            self.costs.runtime_s(info.model, f.gpu, 1, u.input_len, u.max_tokens) for f in info.fits
-        )
-
     def warm_up(self) -> None:
         if self.opts.warm and not self.opts.coalesce:
             raise ConfigError(
                 "warm replicas are shared by every root; per-workflow lifecycle "
                 "(coalesce=False) starts cold, so drop `warm` for that ablation"
             )
-        for dep, device in self.opts.warm:
-            t = self.pool.load(self.deps[dep], device)
-            if t.acceptance is not Acceptance.ACCEPTED:
-                raise ConfigError(f"warm load of {dep!r} on {device!r} refused: {t.reason}")
-            self.where[t.replica] = (dep, device)
+        self.control.warm(self.opts.warm)
         self.kernel.run()
         self.start_s = self.kernel.now()
-        for r in self.pool.replicas():
-            self.last_used[r.name] = self.start_s
-            self.ready_at[r.name] = self.start_s
+        self.control.mark_warm(self.start_s)
 
     def start(self) -> None:
         for wf in sorted(self.workflows, key=lambda w: (w.arrival_s, w.root_id)):
@@ -311,317 +275,101 @@ class _PoolRun:
 
     def _arrive(self, root: str) -> None:
         self.arrival[root] = self.kernel.now()
-        if self.left.get(root):
-            self.live[root] = None
-        for uid in self.by_root.get(root, []):
-            if not self.ops[uid].unit.preds:
-                self._make_ready(uid)
+        with self.dispatcher.batch():
+            self.dispatcher.on_arrival(root)
+            for uid in self.by_root.get(root, []):
+                if not self.ops[uid].unit.preds:
+                    self._release(uid)
         if not self.left.get(root):
             self.finish[root] = self.kernel.now()
-        self._request_replan()
 
-    def _make_ready(self, uid: str) -> None:
+    def _release(self, uid: str) -> None:
+        """`uid`'s predecessors are done: it is ready (a standing grant submits it at once)."""
         op, now = self.ops[uid], self.kernel.now()
         op.status, op.ready_s, op.wait_since, op.category = UnitStatus.READY, now, now, ""
         self.ready[uid] = None
-        chain = self.grant_of.get(uid)
-        if chain is not None:
-            self._submit(uid, self.grants[chain][0])
-
-    def _submit(self, uid: str, replica: str) -> None:
-        op, now = self.ops[uid], self.kernel.now()
-        if op.status is not UnitStatus.READY:
-            raise SimulationError(
-                f"plan {self.plan.name!r} submitted unit {uid!r}, which is {op.status.name}"
-            )
         u = op.unit
-        request = Request(
-            uid,
-            u.deployment,
-            num_prompt_tokens=u.input_len,
-            max_tokens=u.max_tokens,
-            min_tokens=u.max_tokens,
-            cache_salt=u.root_id,
-            tags={"root": u.root_id},
-        )
-        ticket = self.pool.replica(replica).submit(request)
-        if not ticket.accepted:
-            raise SimulationError(
-                f"plan {self.plan.name!r} sent unit {uid!r} to {replica}, which refused: "
-                f"{ticket.reason}"
+        if self.opts.reveal == "released":
+            self._reveal(uid)
+            for s in u.succs:
+                if all(
+                    self.ops[p].status is not UnitStatus.PENDING for p in self.ops[s].unit.preds
+                ):
+                    self._reveal(s)
+        request = self.opts.requests.get(uid) if self.opts.requests else None
+        if request is None:
+            request = Request(
+                uid,
+                u.deployment,
+                num_prompt_tokens=u.input_len,
+                max_tokens=u.max_tokens,
+                min_tokens=u.max_tokens,
+                cache_salt=u.root_id,
+                tags={"root": u.root_id},
             )
-        self._account(op, now)
-        del self.ready[uid]
-        op.status, op.submitted_s, op.replica, op.category = UnitStatus.RUNNING, now, replica, ""
-        gpu = self.pool.slot(self.where[replica][1]).gpu.name
-        rt = self.costs.runtime_s(self.info[u.deployment].model, gpu, 1, u.input_len, u.max_tokens)
-        self.active.setdefault(replica, []).append(
-            ActiveRequest(uid, u.input_len, u.max_tokens, now, now + rt)
+        unit = Unit(uid, u.root_id, u.deployment, u.input_len, u.max_tokens, u.priority, now,
+                    u.workflow)  # fmt: skip
+        self.dispatcher.on_ready(
+            unit,
+            request,
+            on_done=functools.partial(self._complete, uid),
+            on_submitted=functools.partial(self._submitted, uid),
         )
-        self.last_used[replica] = now
 
-        def first_token(t: float) -> None:
-            op.first_token_s = t
+    def _reveal(self, uid: str) -> None:
+        """Tell the dispatcher about `uid` as MAServeTaskRunner would: once every predecessor
+        has been released, with the sizes a runner knows before the op runs."""
+        op = self.ops[uid]
+        if op.revealed:
+            return
+        op.revealed = True
+        u = op.unit
+        unit = Unit(uid, u.root_id, u.deployment, 0, DEFAULT_OUTPUT_LIMIT, u.priority,
+                    self.kernel.now(), u.workflow)  # fmt: skip
+        self.dispatcher.on_known(unit, u.preds)
 
-        ticket.on_first_token(first_token)
-        ticket.on_done(lambda out: self._complete(uid, replica, out))
+    def _submitted(self, uid: str, t: float, replica: str) -> None:
+        op = self.ops[uid]
+        self._account(op, t)
+        del self.ready[uid]
+        op.status, op.submitted_s, op.replica, op.category = UnitStatus.RUNNING, t, replica, ""
 
-    def _complete(self, uid: str, replica: str, out: Outcome) -> None:
+    def _complete(self, uid: str, out: Outcome) -> None:
+        op, now = self.ops[uid], self.kernel.now()
         if out.status is not OutcomeStatus.COMPLETED:
             raise SimulationError(
-                f"unit {uid!r} on {replica} ended {out.status.value}: {out.error}"
+                f"plan {self.plan.name!r}: unit {uid!r} on {op.replica or '?'} ended "
+                f"{out.status.value}: {out.error}"
             )
-        op, now = self.ops[uid], self.kernel.now()
         op.status, op.completed_s, op.num_output_tokens = (
             UnitStatus.DONE,
             now,
             out.num_output_tokens,
         )
-        self.active[replica] = [a for a in self.active[replica] if a.unit_id != uid]
-        self.last_used[replica] = now
-        chain = self.grant_of.pop(uid, None)
-        if chain is not None:
-            _, left = self.grants[chain]
-            left.remove(uid)
-            if not left:
-                del self.grants[chain]
+        op.first_token_s = out.first_token_s if out.first_token_s is not None else now
         for s in op.unit.succs:
             if all(self.ops[p].status is UnitStatus.DONE for p in self.ops[s].unit.preds):
-                self._make_ready(s)
+                self._release(s)
         root = op.unit.root_id
         self.left[root] -= 1
         if self.left[root] == 0:
             self.finish[root] = now
-            del self.live[root]
-        self._request_replan()
 
-    def _lifecycle_done(self, ticket: LifecycleTicket) -> None:
-        ev = self.open.pop(ticket.replica)
-        self.events.append(dataclasses.replace(ev, end_s=self.kernel.now()))
-        self.ready_at[ticket.replica] = self.kernel.now()
-        if ev.action == "unload":
-            for w in list(self.waiting):
-                w.pending.discard(ticket.replica)
-                if not w.pending:
-                    self.waiting.remove(w)
-                    self._start_load(w.load)
-        self._request_replan()
+    # -- measurement around every plan (PlanObserver) --------------------------------------
 
-    # -- planning --------------------------------------------------------------------------
-
-    def _request_replan(self) -> None:
-        if not self.replan_pending:
-            self.replan_pending = True
-            self.kernel.call_at(self.kernel.now(), self._replan, LATE, "replan")
-
-    def _replan(self) -> None:
-        self.replan_pending = False
-        now = self.kernel.now()
+    def before_plan(self, now: float) -> None:
         for uid in self.ready:
             self._account(self.ops[uid], now)
-        snap = self.snapshot()
-        decisions = self.plan.plan(snap)
-        self.num_plans += 1
-        self._apply(decisions)
-        if len(self.events) + len(self.open) > 50 * len(self.ops) + 100:
-            raise SimulationError(
-                f"plan {self.plan.name!r} ran {len(self.events)} lifecycle actions for "
-                f"{len(self.ops)} units; it is thrashing"
-            )
+
+    def after_plan(self, now: float) -> None:
         for uid in self.ready:
             op = self.ops[uid]
-            op.category = self._category(op.unit.deployment)
+            op.category = self.control.availability(op.unit.deployment)
 
     def _account(self, op: _Op, now: float) -> None:
         if op.category:
             op.waits[op.category] = op.waits.get(op.category, 0.0) + now - op.wait_since
         op.wait_since = now
-
-    def _category(self, deployment: str) -> str:
-        phases = [
-            self.pool.status(r.name) for r in self.pool.replicas() if r.deployment == deployment
-        ]
-        if ReplicaStatus.READY in phases:
-            return "other"
-        loading = ReplicaStatus.LOADING in phases or ReplicaStatus.WAKING in phases
-        if loading or any(w.load.deployment == deployment for w in self.waiting):
-            return "load"
-        return "no_load"
-
-    def _apply(self, d: Decisions) -> None:
-        for u in d.unloads:
-            self._unload(u.replica)
-        for load in d.loads:
-            pending = {n for n in load.after if n in self.open}
-            if pending:
-                self.waiting.append(_Waiting(load, pending, self.kernel.now()))
-            else:
-                self._start_load(load)
-        for g in d.grants:
-            chain = g.unit_ids[0]
-            self.grants[chain] = (g.replica, list(g.unit_ids))
-            for uid in g.unit_ids:
-                self.grant_of[uid] = chain
-                self.ops[uid].chain = chain
-        for s in d.submits:
-            self._submit(s.unit_id, s.replica)
-
-    def _unload(self, name: str) -> None:
-        leased = any(rep == name for rep, _ in self.grants.values()) or self.active.get(name)
-        if leased:
-            raise SimulationError(f"plan {self.plan.name!r} reclaimed {name}, which holds a lease")
-        dep_name, device = self.where[name]
-        dep = self.deps[dep_name]
-        ticket = self.pool.unload(name, on_done=self._lifecycle_done)
-        if ticket.acceptance is not Acceptance.ACCEPTED:
-            raise SimulationError(
-                f"plan {self.plan.name!r}: unload of {name} refused: {ticket.reason}"
-            )
-        now = self.kernel.now()
-        self.ready_at[name] = now + dep.params().unload_s
-        self.open[name] = LifecycleEvent("unload", name, dep.name, device, now, now)
-
-    def _start_load(self, load: Load) -> None:
-        dep = self.deps[load.deployment]
-        ticket = self.pool.load(dep, load.device, on_done=self._lifecycle_done)
-        if ticket.acceptance is not Acceptance.ACCEPTED:
-            raise SimulationError(
-                f"plan {self.plan.name!r}: load of {load.deployment} on {load.device} refused: "
-                f"{ticket.reason}"
-            )
-        now = self.kernel.now()
-        self.where[ticket.replica] = (load.deployment, load.device)
-        gpu = self.pool.slot(load.device).gpu.name
-        self.ready_at[ticket.replica] = now + self.costs.load_s(dep.model, gpu)
-        self.last_used[ticket.replica] = now
-        self.open[ticket.replica] = LifecycleEvent(
-            "load", ticket.replica, dep.name, load.device, now, now, load.prefetch, load.units
-        )
-
-    # -- snapshot --------------------------------------------------------------------------
-
-    def snapshot(self) -> PoolSnapshot:
-        now = self.kernel.now()
-        state = self._pool_state(now)
-        live = list(self.live)
-        units = {uid: self.ops[uid].unit for r in live for uid in self.by_root[r]}
-        status = {uid: self.ops[uid].status for uid in units}
-        started = {u: self.ops[u].submitted_s for u, s in status.items() if s is UnitStatus.RUNNING}
-        window = build_window(
-            units,
-            status,
-            now,
-            self._predicted_runtime,
-            started_s=started,
-            ready_s={u: self.ops[u].ready_s for u, s in status.items() if s is UnitStatus.READY},
-            done_s={u: self.ops[u].completed_s for u, s in status.items() if s is UnitStatus.DONE},
-            stats=self.stats,
-            root_arrival_s={r: self.arrival[r] for r in live},
-        )
-        views = []
-        for rep in self.pool.replicas():
-            st = rep.state()
-            views.append(
-                ReplicaView(
-                    rep.name,
-                    rep.deployment,
-                    st.lifecycle,
-                    st.num_running,
-                    st.num_waiting,
-                    len(self.active.get(rep.name, ())),
-                    st.kv_usage,
-                )
-            )
-        return PoolSnapshot(
-            now_s=now,
-            ready=tuple(_unit(w.unit, w.release_s) for w in window.ready),
-            near_ready=tuple(_unit(w.unit, w.release_s) for w in window.near_ready),
-            replicas=tuple(views),
-            pool=state,
-            window=window,
-            units=units,
-            costs=self.costs,
-            chains={u: self.chains[u] for u in units},
-            options=self.plan_opts,
-        )
-
-    def _predicted_runtime(self, u: WorkUnit) -> float:
-        op = self.ops[u.unit_id]
-        if op.status is UnitStatus.RUNNING:
-            gpu = self.pool.slot(self.where[op.replica][1]).gpu.name
-            model = self.info[u.deployment].model
-            return self.costs.runtime_s(model, gpu, 1, u.input_len, u.max_tokens)
-        return self.best_rt[u.unit_id]
-
-    def _pool_state(self, now: float) -> PoolState:
-        replicas = []
-        for p in self.pool.pool_replicas():
-            phase = _PHASE.get(p.status)
-            if phase is None:
-                continue
-            dep_name, device = self.where[p.name]
-            fit = self.info[dep_name].fit(p.devices[0].gpu.name)
-            assert fit is not None, f"{p.name} runs where its deployment does not fit"
-            active = tuple(self.active.get(p.name, ()))
-            held = p.reserved_bytes
-            if active:
-                peak = self.costs.peak_mem_bytes(
-                    self.info[dep_name].model,
-                    p.devices[0].gpu.name,
-                    len(active),
-                    max(a.input_len for a in active),
-                    max(a.max_tokens for a in active),
-                )
-                held = max(held, peak)
-            replicas.append(
-                ReplicaInfo(
-                    p.name,
-                    dep_name,
-                    device,
-                    phase,
-                    self.ready_at.get(p.name, now),
-                    held,
-                    fit.footprint_bytes,
-                    fit.kv_capacity_tokens,
-                    fit.max_num_seqs,
-                    active,
-                    self.last_used.get(p.name, 0.0),
-                    fit.unload_s,
-                    p.engine.accepting,
-                )
-            )
-        leases = tuple(
-            Lease(rep, chain, tuple(left)) for chain, (rep, left) in sorted(self.grants.items())
-        )
-        grants = tuple((rep, tuple(left)) for _, (rep, left) in sorted(self.grants.items()))
-        planned = []
-        for w in self.waiting:
-            info = self.info[w.load.deployment]
-            gpu = self.pool.slot(w.load.device).gpu.name
-            fit = info.fit(gpu)
-            assert fit is not None
-            start = max([self.ready_at.get(n, now) for n in w.pending] + [now])
-            ready = start + self.costs.load_s(info.model, gpu)
-            planned.append(
-                PlannedLoad(
-                    w.load.deployment,
-                    w.load.device,
-                    start,
-                    ready,
-                    fit.footprint_bytes,
-                    tuple(sorted(w.pending)),
-                    w.load.prefetch,
-                )
-            )
-        return PoolState(
-            now,
-            self.device_infos,
-            tuple(self.info[n] for n in sorted(self.info)),
-            tuple(replicas),
-            leases,
-            grants,
-            tuple(planned),
-        )
 
     # -- results ---------------------------------------------------------------------------
 
@@ -640,6 +388,7 @@ class _PoolRun:
         sessions = max(len(lat), 1)
         per = {p[:-2]: sum(getattr(r, p) for r in rows) / sessions for p in parts}
         per["total"] = sum(per.values())
+        events = self.control.events
         return PoolRunResult(
             plan=self.plan.name,
             start_s=self.start_s,
@@ -649,10 +398,10 @@ class _PoolRun:
             p95_latency_s=float(np.percentile(values, 95)),
             mean_latency_s=float(values.mean()),
             ops=tuple(self._op_result(uid) for uid in sorted(self.ops)),
-            lifecycle=tuple(sorted(self.events, key=lambda e: (e.start_s, e.end_s, e.replica))),
+            lifecycle=tuple(sorted(events, key=lambda e: (e.start_s, e.end_s, e.replica))),
             device_time=rows,
             gpu_s_per_session=per,
-            num_plans=self.num_plans,
+            num_plans=self.dispatcher.stats.num_plans,
         )
 
     def _op_result(self, uid: str) -> OpResult:
@@ -664,7 +413,7 @@ class _PoolRun:
             u.root_id,
             u.deployment,
             op.replica,
-            self.where[op.replica][1],
+            self.control.where[op.replica][1],
             op.ready_s,
             op.submitted_s,
             op.first_token_s,
@@ -675,21 +424,8 @@ class _PoolRun:
             op.waits.get("no_load", 0.0),
             op.waits.get("other", 0.0),
             op.submitted_s - op.ready_s if same else 0.0,
-            op.chain,
+            self.control.chain_label.get(uid, ""),
         )
-
-
-def _unit(u: WorkUnit, release_s: float) -> Unit:
-    return Unit(
-        u.unit_id,
-        u.root_id,
-        u.deployment,
-        u.input_len,
-        u.max_tokens,
-        u.priority,
-        release_s,
-        u.workflow,
-    )
 
 
 def _deployments(
