@@ -64,6 +64,17 @@ def run_cmd(
 
     console = Console(width=140)
     try:
+        from maserve_prefect.bench.pool_suite import is_pool_suite, run_pool_suite_file
+        from maserve_prefect.bench.pool_suite import render as render_pool
+
+        if is_pool_suite(suite):  # the pool experiment: its own runner and scales
+            with ExitStack() as stack:
+                if prefect:
+                    from maserve_prefect import prefect_server
+
+                    stack.enter_context(prefect_server.connected(prefect_server.ensure_server()))
+                render_pool(run_pool_suite_file(suite, scale, out=out), console)
+            return
         with ExitStack() as stack:
             if prefect:
                 from maserve_prefect import prefect_server

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
+from conftest import MAX_NUM_SEQS
 
 from maserve_prefect.engine.openai.engine import OpenAIEngine
 from maserve_prefect.engine.openai.kv_events import BlockStored, KVEventSubscriber
-from maserve_prefect.engine.openai.metrics import MetricsScraper, counter_delta
+from maserve_prefect.engine.openai.metrics import (
+    MetricsScraper,
+    counter_delta,
+)
 from maserve_prefect.engine.protocol import (
     Force,
     OutcomeStatus,
@@ -71,30 +76,41 @@ def test_length_lock_gives_exact_counts_for_every_prompt_form(engine: OpenAIEngi
 
 
 def test_priority_is_honoured_under_contention(engine: OpenAIEngine) -> None:
-    # 16 long low-priority requests fill the 8 seats; an urgent one arrives last.
-    low = [
+    low = [Priority(10, force=Force.REQUIREMENT)]
+    # 8 blockers fill the 8 seats (6.7 k tokens: no KV pressure); their lengths differ so seats
+    # free one at a time, long after the queue below has formed.
+    blockers = [
         engine.submit(
-            Request(f"low{i}", "tiny", prompt_token_ids=_ids(64, 100 + i), max_tokens=160,
-                    min_tokens=160),
-            [Priority(10, force=Force.REQUIREMENT)],
+            Request(f"busy{i}", "tiny", prompt_token_ids=_ids(64, 100 + i),
+                    max_tokens=700 + 10 * i, min_tokens=700 + 10 * i), low,
         )
-        for i in range(16)
+        for i in range(MAX_NUM_SEQS)
     ]  # fmt: skip
+    deadline = time.monotonic() + 120
+    while any(t.first_token_s is None for t in blockers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(t.first_token_s is not None for t in blockers), "the blockers never all started"
+    queued = [
+        engine.submit(
+            Request(f"low{i}", "tiny", prompt_token_ids=_ids(64, 200 + i), max_tokens=20,
+                    min_tokens=20), low,
+        )
+        for i in range(8)
+    ]  # fmt: skip
+    time.sleep(0.3)  # the queued requests reach the server; every seat is still taken
+    assert not any(t.outcome for t in blockers), "a blocker ended before the queue formed"
     urgent = engine.submit(
         Request("urgent", "tiny", prompt_token_ids=_ids(64, 999), max_tokens=4, min_tokens=4),
         [Priority(0, force=Force.REQUIREMENT)],
     )
-    outs = [engine.wait(t, timeout_s=300) for t in low]
+    outs = [engine.wait(t, timeout_s=300) for t in blockers + queued]
     u = engine.wait(urgent, timeout_s=300)
-    assert u.status is OutcomeStatus.COMPLETED
+    assert u.status is OutcomeStatus.COMPLETED and u.first_token_s is not None
     assert all(o.status is OutcomeStatus.COMPLETED for o in outs)
-    # Under FCFS the urgent request would wait for a seat behind the 8 queued low ones; with
-    # priority it takes the first free seat: the queued low ones get their first token after it.
-    assert u.first_token_s is not None
-    overtaken = sum(
-        1 for o in outs if o.first_token_s is not None and o.first_token_s > u.first_token_s
-    )
-    assert overtaken >= 6, [(o.request_id, o.first_token_s) for o in outs]
+    # Under FCFS the first free seat goes to the oldest queued request; with priority the urgent
+    # one, submitted last, takes it: every queued low-priority request starts after it.
+    late = [o.first_token_s for o in outs[MAX_NUM_SEQS:]]
+    assert all(t is not None and t > u.first_token_s for t in late), (u.first_token_s, late)
 
 
 def test_metrics_scraper_sees_kv_usage_and_preemptions(

@@ -1,0 +1,97 @@
+"""The heterogeneous-pool suite at demo scale: complete, above the lower bound, deterministic."""
+
+from __future__ import annotations
+
+import doctest
+import json
+from pathlib import Path
+
+import pytest
+
+from maserve_prefect.bench import pool_suite
+from maserve_prefect.bench.pool_suite import (
+    PoolSuiteResult,
+    is_pool_suite,
+    load_pool_suite,
+    run_pool_suite,
+)
+from maserve_prefect.errors import ConfigError
+
+SUITE = Path(__file__).resolve().parents[2] / "deployments" / "suites" / "pool_hetero.yaml"
+
+
+@pytest.fixture(scope="module")
+def twice(prefect_api: None, shared_data: Path) -> tuple[PoolSuiteResult, PoolSuiteResult]:
+    suite = load_pool_suite(SUITE)
+    return run_pool_suite(suite, "demo"), run_pool_suite(suite, "demo")
+
+
+def test_every_arm_completes_every_session_above_the_lower_bound(
+    twice: tuple[PoolSuiteResult, PoolSuiteResult],
+) -> None:
+    res = twice[0]
+    scale = res.suite.scale("demo")
+    sessions = scale.sessions_per_workflow * len(res.suite.workflows)
+    assert sessions == 12 and len(scale.device_names()) == 2
+    assert {r.arm for r in res.runs} == set(scale.arms or ())
+    for r in res.runs:
+        assert len(r.latency_s) == sessions, r.arm
+        assert r.summary["makespan_s"] >= res.lower_bounds[(r.pattern, r.run)] > 0
+        assert r.summary["gpu_s_total"] > r.summary["gpu_s_generation"] > 0
+    for row in res.tables()["arms"]:
+        assert row["sessions_done"] == sessions
+    paths = res.tables()["model_paths"]
+    for arm in scale.arms or ():
+        assert sum(p["completed_per_run"] for p in paths if p["arm"] == arm) == sessions
+
+
+def test_two_runs_give_identical_tables(twice: tuple[PoolSuiteResult, PoolSuiteResult]) -> None:
+    first, second = twice
+    assert first.tables() == second.tables()
+    assert [r.summary for r in first.runs] == [r.summary for r in second.runs]
+
+
+def test_tables_carry_the_goals_beside_what_was_achieved(
+    twice: tuple[PoolSuiteResult, PoolSuiteResult], tmp_path: Path
+) -> None:
+    res = twice[0]
+    tables = res.tables()
+    assert {"arms", "goals", "model_paths", "ablations", "model_availability", "predictors"} <= set(
+        tables
+    )
+    goals = {(g["ratio"], g["metric"]): g for g in tables["goals"]}
+    assert goals[("joint/parrot", "makespan")]["goal"] == "≤ 0.60×"
+    assert goals[("joint/kairos", "p95")]["goal"] == "≤ 0.72×"
+    assert goals[("joint/lower bound", "makespan")]["goal"] == "≤ 1.15×"
+    assert goals[("joint/fcfs", "makespan")]["met"] == "–"  # FCFS is shown, not a goal
+    for g in goals.values():
+        assert g["achieved"] > 0 and g["met"] in ("yes", "no", "–")
+    lb = goals[("joint/lower bound", "makespan")]
+    assert lb["achieved"] >= 1.0 and lb["met"] == ("yes" if lb["achieved"] <= 1.15 else "no")
+    avail = tables["model_availability"][0]
+    assert {"wait_ongoing_load_s_per_session", "wait_load_cannot_start_s_per_session"} <= set(avail)
+    assert {p["predictor"] for p in tables["predictors"]} == {
+        "formula (roofline)",
+        "scalar GBDT",
+        "learned graph",
+    }
+    js, md = res.write(tmp_path)
+    doc = json.loads(js.read_text())
+    assert doc["tables"]["goals"][0]["goal"].startswith("≤")
+    assert "## goals" in md.read_text() and "≤ 0.60×" in md.read_text()
+
+
+def test_suite_file_errors_name_the_field(tmp_path: Path) -> None:
+    assert is_pool_suite(SUITE)
+    bad = tmp_path / "bad.yaml"
+    text = SUITE.read_text().replace("arms: [joint, joint-no-fusion,", "arms: [joint, nope,")
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=r"scales\.demo\.arms.*'nope'"):
+        load_pool_suite(bad)
+    with pytest.raises(ConfigError, match="unknown scale 'huge'"):
+        load_pool_suite(SUITE).scale("huge")
+
+
+def test_docstring_examples_run() -> None:
+    result = doctest.testmod(pool_suite, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
