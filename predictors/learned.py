@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -33,7 +34,7 @@ META_FILE = "meta.json"
 Item = tuple[str, Shape, str]  # (model, shape, device)
 
 
-class LightGBMPredictor:
+class LightGBMPredictor(ABC):
     """Base class: one LightGBM booster per target over `features(model, shape, device)`.
 
     Args:
@@ -65,8 +66,9 @@ class LightGBMPredictor:
         self.boosters: dict[str, lgb.Booster] = {}
 
     # --- what subclasses define -------------------------------------------------------------
+    @abstractmethod
     def features(self, model: str, shape: Shape, device: str) -> list[float]:
-        raise NotImplementedError
+        """The feature vector of one (model, shape, device), in `feature_names` order."""
 
     def base(self) -> Predictor | None:
         """A physical estimate the trees correct (ratio target), or None (plain log target)."""
