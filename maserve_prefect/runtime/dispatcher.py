@@ -366,8 +366,10 @@ class Dispatcher:
             self._submit(pending, replica)
 
     def _submit(self, pending: _Pending, replica: Replica) -> None:
+        now = (
+            self._now()
+        )  # handed to the engine now: a real engine may answer before submit returns
         ticket: Ticket = replica.submit(pending.request, pending.controls)
-        now = self._now()
         if pending.on_submitted is not None:
             pending.on_submitted(now, replica.name)
         if ticket.acceptance is not Acceptance.ACCEPTED:
