@@ -156,13 +156,15 @@ def test_metrics_scraper_sees_kv_usage_and_preemptions(
     )
     with scraper:
         scraper.scrape_once()
-        # 8 requests of 2,000 tokens each need 125 KV blocks; the cache holds 64: preemptions.
+        # 16 requests of 3,000 tokens (24 KV blocks each); the cache holds 64, so two fit whole
+        # and the rest preempt. The load lasts long enough (~15 s here) for several scrapes to
+        # land inside it: /metrics answers slowly (seconds) while the API server streams.
         tickets = [
             engine.submit(
-                Request(f"big{i}", "tiny", prompt_token_ids=_ids(1000, 500 + i), max_tokens=1000,
-                        min_tokens=1000)
+                Request(f"big{i}", "tiny", prompt_token_ids=_ids(1500, 500 + i), max_tokens=1500,
+                        min_tokens=1500)
             )
-            for i in range(8)
+            for i in range(16)
         ]  # fmt: skip
         outs = [engine.wait(t, timeout_s=600) for t in tickets]
         scraper.scrape_once()
