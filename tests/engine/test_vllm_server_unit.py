@@ -431,3 +431,9 @@ def test_pool_rejects_unknowns(standin: Path, tmp_path: Path) -> None:
             pool.unload("nope")
     with pytest.raises(ConfigError, match="not in"):
         make_pool(standin, tmp_path, device_cpus={"cpu7": "0"})
+
+
+def test_engine_runs_in_the_api_process_unless_asked_otherwise() -> None:
+    assert VLLMServerConfig("/m").server_env({})["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    env = VLLMServerConfig("/m", engine_in_process=False).server_env({})
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env

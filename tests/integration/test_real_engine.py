@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import server_config
 
 from maserve_prefect.engine.openai.engine import OpenAIEngine
 from maserve_prefect.engine.openai.kv_events import BlockStored, KVEventSubscriber
 from maserve_prefect.engine.openai.metrics import (
+    NUM_REQUESTS_RUNNING,
+    NUM_REQUESTS_WAITING,
     MetricsScraper,
     counter_delta,
+    parse_vllm_metrics,
 )
 from maserve_prefect.engine.protocol import (
     Force,
@@ -77,69 +81,112 @@ def test_length_lock_gives_exact_counts_for_every_prompt_form(engine: OpenAIEngi
     assert again.num_cached_tokens == 256
 
 
-@pytest.fixture(scope="module")
-def serial_engine(
-    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OpenAIEngine]:
-    """A server with one seat (max_num_seqs=1): the execution order is the queue order.
+SERIAL_MAX_LEN = 32768
+"""The one-seat server's context: long enough for a blocker that outlasts any queueing."""
 
-    On two shared cores vLLM's API process streams chunks to clients in bursts, so client-side
-    first-token times cannot show *when* the engine scheduled what; with one seat the order in
-    which requests finish is the order the scheduler took them in.
-    """
+
+@pytest.fixture(scope="module")
+def serial_server(
+    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VLLMServer]:
+    """A server with one seat (max_num_seqs=1): the execution order is the queue order."""
     log = tmp_path_factory.mktemp("serial") / "server.log"
-    server = VLLMServer(server_config(tiny_model, max_num_seqs=1), vllm_python, log)
+    config = server_config(
+        tiny_model, max_num_seqs=1, max_model_len=SERIAL_MAX_LEN, kv_cache_memory_bytes="80M"
+    )
+    server = VLLMServer(config, vllm_python, log)
     server.start()
     try:
         server.wait_healthy(timeout_s=300)
-        with OpenAIEngine(server.url, name="serial", vocab_size=512) as eng:
-            eng.start()
-            yield eng
+        yield server
     finally:
         server.stop()
 
 
-@pytest.mark.skipif(
-    os.environ.get("MASERVE_PRIORITY_CONTENTION") != "1",
-    reason="unreliable on a 2-core machine: vLLM's API process streams in bursts and request "
-    "arrival order at the server is not the submit order; run with MASERVE_PRIORITY_CONTENTION=1",
-)
-def test_priority_is_honoured_under_contention(serial_engine: OpenAIEngine) -> None:
-    eng = serial_engine
+def _server_queue(url: str) -> dict[str, float]:
+    """The scheduler's own running / waiting counts, from the server's /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return parse_vllm_metrics(text, (NUM_REQUESTS_RUNNING, NUM_REQUESTS_WAITING))
+
+
+def _wait_for_queue(url: str, running: int, waiting: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        seen = _server_queue(url)
+        if (seen.get(NUM_REQUESTS_RUNNING), seen.get(NUM_REQUESTS_WAITING)) == (running, waiting):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"server queue never reached running={running} waiting={waiting}: {seen}")
+
+
+class _Blocker:
+    """A long streamed completion that holds the only seat until `release()` disconnects it
+    (vLLM aborts a request whose client goes away)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._release = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        body = {
+            "model": "tiny", "prompt": list(_ids(16, 1)), "max_tokens": SERIAL_MAX_LEN - 64,
+            "min_tokens": SERIAL_MAX_LEN - 64, "stream": True, "priority": 10,
+        }  # fmt: skip
+        try:
+            with httpx.stream("POST", f"{self.url}/v1/completions", json=body, timeout=300) as r:
+                for _ in r.iter_lines():
+                    if self._release.is_set():
+                        return
+        except BaseException as e:  # surfaced by release()
+            self.error = e
+
+    def __enter__(self) -> _Blocker:
+        self._thread.start()
+        return self
+
+    def release(self) -> None:
+        self._release.set()
+        self._thread.join(timeout=60)
+        assert self.error is None, self.error
+
+    def __exit__(self, *exc: object) -> None:
+        self._release.set()
+
+
+def test_priority_is_honoured_under_contention(serial_server: VLLMServer) -> None:
+    url = serial_server.url
     low = [Priority(10, force=Force.REQUIREMENT)]
-    # Two long blockers queue first: the seat stays busy for ~8,000 decode steps, far longer than
-    # it takes to queue the rest, however fast the tiny model decodes.
-    blockers = [
-        eng.submit(
-            Request(f"busy{i}", "tiny", prompt_token_ids=_ids(16, 1 + i), max_tokens=4000,
-                    min_tokens=4000), low,
+    with OpenAIEngine(url, name="serial", vocab_size=512) as eng, _Blocker(url) as blocker:
+        eng.start()
+        # The blocker runs; four low-priority requests queue, then one urgent request. Client-side
+        # times cannot show arrival order on shared cores, so wait until the server's own
+        # scheduler reports all five waiting before the seat frees.
+        _wait_for_queue(url, running=1, waiting=0)
+        queued = []
+        for i in range(4):  # one at a time, so the server sees them in this order
+            queued.append(
+                eng.submit(
+                    Request(f"low{i}", "tiny", prompt_token_ids=_ids(32, 200 + i), max_tokens=30,
+                            min_tokens=30), low,
+                )
+            )  # fmt: skip
+            _wait_for_queue(url, running=1, waiting=i + 1)
+        urgent = eng.submit(
+            Request("urgent", "tiny", prompt_token_ids=_ids(32, 999), max_tokens=4, min_tokens=4),
+            [Priority(0, force=Force.REQUIREMENT)],
         )
-        for i in range(2)
-    ]  # fmt: skip
-    # HTTP requests race each other: wait until a blocker is really running (its first token is
-    # back) before queueing the rest, so the seat is busy for thousands of steps from here on.
-    deadline = time.monotonic() + 120
-    while all(t.first_token_s is None for t in blockers) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert any(t.first_token_s is not None for t in blockers), "no blocker started"
-    queued = [
-        eng.submit(
-            Request(f"low{i}", "tiny", prompt_token_ids=_ids(32, 200 + i), max_tokens=30,
-                    min_tokens=30), low,
-        )
-        for i in range(4)
-    ]  # fmt: skip
-    time.sleep(0.05)
-    urgent = eng.submit(
-        Request("urgent", "tiny", prompt_token_ids=_ids(32, 999), max_tokens=4, min_tokens=4),
-        [Priority(0, force=Force.REQUIREMENT)],
-    )
-    outs = [eng.wait(t, timeout_s=300) for t in blockers + queued]
-    u = eng.wait(urgent, timeout_s=300)
+        _wait_for_queue(url, running=1, waiting=5)
+        blocker.release()
+        outs = [eng.wait(t, timeout_s=300) for t in queued]
+        u = eng.wait(urgent, timeout_s=300)
     assert all(o.status is OutcomeStatus.COMPLETED for o in [u, *outs])
-    # FCFS would run the second blocker and the four queued requests before the urgent one;
-    # priority runs it as soon as the seat frees.
-    assert all(u.finish_s < o.finish_s for o in outs[2:]), (u.finish_s, [o.finish_s for o in outs])
+    # FCFS would run the four queued requests first (they arrived first); priority runs the
+    # urgent one as soon as the seat frees, and one seat means it finishes before any of them.
+    assert all(u.finish_s < o.finish_s for o in outs), (u.finish_s, [o.finish_s for o in outs])
+    assert sorted(outs, key=lambda o: o.finish_s) == outs  # equal priority: arrival order
 
 
 def test_metrics_scraper_sees_kv_usage_and_preemptions(
