@@ -28,9 +28,9 @@ Units become known in one of two ways, never mixed for one root:
   order, so the books at a plan do not depend on the order in which one instant's events
   arrived. A root goes live at its first reveal.
 
-The pool is reached through `PoolHandle`; `SimPoolHandle` adapts `SimPool`. A real process pool
-(`engine.vllm.VLLMProcessPool`) needs an adapter that runs its lifecycle callbacks on the
-dispatcher's thread (its loads finish on a waiter thread).
+The pool is reached through `PoolHandle`; `SimPoolHandle` adapts `SimPool`, and
+`runtime.pool_wall.VLLMPoolHandle` adapts a real process pool (`engine.vllm.VLLMProcessPool`),
+posting its lifecycle callbacks onto the dispatcher's loop (its loads finish on a waiter thread).
 
 Examples:
     >>> from maserve_prefect.engine.sim.kernel import Kernel

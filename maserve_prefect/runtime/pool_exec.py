@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from maserve_prefect.clock import URGENT
+from maserve_prefect.clock import URGENT, Clock
 from maserve_prefect.engine.protocol import Outcome, OutcomeStatus, Request
 from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.engine.sim.device_time import DeviceTimeRow
@@ -60,6 +60,7 @@ from maserve_prefect.runtime.pool_control import (
     DEFAULT_OUTPUT_LIMIT,
     LifecycleEvent,
     PoolController,
+    PoolHandle,
     SimPoolHandle,
 )
 from maserve_prefect.runtime.pool_state import CostModel, RooflineCostModel
@@ -76,6 +77,8 @@ __all__ = [
 ]
 
 GIB = 1 << 30
+DeviceTimeFn = Callable[[float, float], Iterable[DeviceTimeRow]]
+"""GPU-seconds per device between two instants (`SimPool.device_time`); real pools have none."""
 REVEAL_MODES = ("arrival", "released")
 
 
@@ -196,18 +199,19 @@ class _PoolRun:
     def __init__(
         self,
         workflows: Sequence[Workflow],
-        devices: Sequence[str],
+        clock: Clock,
+        pool: PoolHandle,
         plan: Plan,
         deployments: Mapping[str, Deployment],
         costs: CostModel,
         options: ExecOptions,
+        device_time: DeviceTimeFn | None = None,
     ) -> None:
         if options.reveal not in REVEAL_MODES:
             raise ConfigError(
                 f"ExecOptions(reveal={options.reveal!r}): expected one of {REVEAL_MODES}"
             )
-        self.kernel = Kernel()
-        self.pool = SimPool(self.kernel, devices)
+        self.clock, self.pool, self.device_time = clock, pool, device_time
         self.plan, self.opts = plan, options
         self.workflows = list(workflows)
         self.deps = _deployments(self.workflows, deployments, options)
@@ -230,19 +234,15 @@ class _PoolRun:
             options.prefetch_slack_s,
             options.tie_s,
         )
-        self.control = PoolController(
-            SimPoolHandle(self.pool), self.kernel, self.deps, costs, plan_opts
-        )
+        self.control = PoolController(self.pool, clock, self.deps, costs, plan_opts)
         units = [op.unit for op in self.ops.values()]
         if options.reveal == "arrival":
             self.control.declare(units)
         else:  # validate up front what `reveal` would only find mid-run
-            check = PoolController(
-                SimPoolHandle(self.pool), self.kernel, self.deps, costs, plan_opts
-            )
+            check = PoolController(self.pool, clock, self.deps, costs, plan_opts)
             check.declare(units)
         self.dispatcher = Dispatcher(
-            self.pool.replicas, self.kernel.now, plan, pool=self.control, observer=self
+            self.pool.replicas, clock.now, plan, pool=self.control, observer=self
         )
         self.arrival: dict[str, float] = {}
         self.finish: dict[str, float] = {}
@@ -261,31 +261,37 @@ class _PoolRun:
                 "warm replicas are shared by every root; per-workflow lifecycle "
                 "(coalesce=False) starts cold, so drop `warm` for that ablation"
             )
+        if not isinstance(self.clock, Kernel):
+            raise ConfigError("a warm start needs the simulator's kernel; start the pool cold")
         self.control.warm(self.opts.warm)
-        self.kernel.run()
-        self.start_s = self.kernel.now()
+        self.clock.run()
+        self.start_s = self.clock.now()
         self.control.mark_warm(self.start_s)
 
     def start(self) -> None:
         for wf in sorted(self.workflows, key=lambda w: (w.arrival_s, w.root_id)):
             arrive = functools.partial(self._arrive, wf.root_id)
-            self.kernel.call_at(self.start_s + wf.arrival_s, arrive, URGENT, f"arrive {wf.root_id}")
+            self.clock.call_at(self.start_s + wf.arrival_s, arrive, URGENT, f"arrive {wf.root_id}")
+
+    def finished(self) -> bool:
+        """Every root has finished (a wall-clock driver polls this)."""
+        return len(self.finish) == len(self.by_root)
 
     # -- events ----------------------------------------------------------------------------
 
     def _arrive(self, root: str) -> None:
-        self.arrival[root] = self.kernel.now()
+        self.arrival[root] = self.clock.now()
         with self.dispatcher.batch():
             self.dispatcher.on_arrival(root)
             for uid in self.by_root.get(root, []):
                 if not self.ops[uid].unit.preds:
                     self._release(uid)
         if not self.left.get(root):
-            self.finish[root] = self.kernel.now()
+            self.finish[root] = self.clock.now()
 
     def _release(self, uid: str) -> None:
         """`uid`'s predecessors are done: it is ready (a standing grant submits it at once)."""
-        op, now = self.ops[uid], self.kernel.now()
+        op, now = self.ops[uid], self.clock.now()
         op.status, op.ready_s, op.wait_since, op.category = UnitStatus.READY, now, now, ""
         self.ready[uid] = None
         u = op.unit
@@ -325,7 +331,7 @@ class _PoolRun:
         op.revealed = True
         u = op.unit
         unit = Unit(uid, u.root_id, u.deployment, 0, DEFAULT_OUTPUT_LIMIT, u.priority,
-                    self.kernel.now(), u.workflow)  # fmt: skip
+                    self.clock.now(), u.workflow)  # fmt: skip
         self.dispatcher.on_known(unit, u.preds)
 
     def _submitted(self, uid: str, t: float, replica: str) -> None:
@@ -335,7 +341,7 @@ class _PoolRun:
         op.status, op.submitted_s, op.replica, op.category = UnitStatus.RUNNING, t, replica, ""
 
     def _complete(self, uid: str, out: Outcome) -> None:
-        op, now = self.ops[uid], self.kernel.now()
+        op, now = self.ops[uid], self.clock.now()
         if out.status is not OutcomeStatus.COMPLETED:
             raise SimulationError(
                 f"plan {self.plan.name!r}: unit {uid!r} on {op.replica or '?'} ended "
@@ -383,7 +389,7 @@ class _PoolRun:
         end = max([self.start_s, *(op.completed_s for op in self.ops.values())])
         lat = {r: self.finish[r] - self.arrival[r] for r in sorted(self.by_root)}
         values = np.array(list(lat.values()) or [0.0])
-        rows = tuple(self.pool.device_time(self.start_s, end))
+        rows = tuple(self.device_time(self.start_s, end)) if self.device_time else ()
         parts = ("generation_s", "idle_resident_s", "loading_s", "other_s")
         sessions = max(len(lat), 1)
         per = {p[:-2]: sum(getattr(r, p) for r in rows) / sessions for p in parts}
@@ -478,8 +484,13 @@ def run_pool(
     opts = options or ExecOptions()
     chosen = get_plan(plan) if isinstance(plan, str) else plan
     model = costs or RooflineCostModel(opts.kv_cache_bytes)
-    run = _PoolRun(workflows, devices, chosen, deployments or {}, model, opts)
+    kernel = Kernel()
+    pool = SimPool(kernel, devices)
+    run = _PoolRun(
+        workflows, kernel, SimPoolHandle(pool), chosen, deployments or {}, model, opts,
+        pool.device_time,
+    )  # fmt: skip
     run.warm_up()
     run.start()
-    run.kernel.run()
+    kernel.run()
     return run.result()
