@@ -13,7 +13,7 @@ Per run it prints events (arrivals + step records), simulated span, wall and CPU
 replay, simulated-s per wall-s and per CPU-s, and CPU time relative to 1x (linear cost: ~2 and
 ~4). CPU time (`time.process_time`) is the steadier figure on a shared machine: other jobs stretch
 wall time but not this process's CPU time. A 1x run with fast-forward off gives the baseline
-ratio. The goal line is >= 1000 simulated s per wall s.
+ratio. The goal line is >= 1000 simulated s per CPU s (the 1x run's figure).
 """
 
 from __future__ import annotations
@@ -124,10 +124,12 @@ def main() -> None:
     for col in (*cols, "sim-s / wall-s", "sim-s / CPU-s", "CPU / 1x"):
         table.add_column(col, justify="right")
     cpu_1x = None
+    ratio_1x = 0.0
     runs = [(f"{c}x", c, True) for c in args.copies] + [("1x, fast-forward off", 1, False)]
     for label, c, ff in runs:
         res, wall, cpu = run(copies(base, c) if c > 1 else base, n, fast_forward=ff)
-        cpu_1x = cpu if cpu_1x is None else cpu_1x
+        if cpu_1x is None:
+            cpu_1x, ratio_1x = cpu, res.span_s / cpu
         table.add_row(
             label,
             str(len(res.requests)),
@@ -140,7 +142,10 @@ def main() -> None:
             f"{cpu / cpu_1x:.2f}",
         )
     console.print(table)
-    console.print(f"goal: >= {GOAL:.0f} simulated s per wall s on this machine")
+    console.print(
+        f"goal: >= {GOAL:.0f} simulated s per CPU s on this machine "
+        f"(1x: {ratio_1x:.0f}; CPU time, as other jobs stretch wall time)"
+    )
 
 
 if __name__ == "__main__":

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledChunk:
-    """One request's share of a step: `num_new_tokens` computed over `num_context_tokens` prior."""
+class ScheduledChunk(NamedTuple):
+    """One request's share of a step: `num_new_tokens` computed over `num_context_tokens` prior.
+
+    A named tuple, not a dataclass: the simulator builds one per scheduled request per step, and
+    a tuple is the cheapest immutable record to build."""
 
     num_new_tokens: int
     num_context_tokens: int

@@ -135,7 +135,7 @@ def _allocate_run_stepwise(scheduler: Scheduler, k: int) -> None:
     events.sort()
     for j, idx in events:
         req = running[idx]
-        if kv.ensure_slots(req, req.num_computed_tokens + j + 1) is None:
+        if kv.ensure(req, req.num_computed_tokens + j + 1) is None:
             raise SimulationError("fast-forward ran out of KV blocks (blocks_allow was wrong)")
 
 

@@ -115,7 +115,9 @@ class Kernel:
         """Process the next event; raises `SimulationError` if its callback fails."""
         if self.peek() == math.inf:
             raise SimulationError("step() on an empty event heap; check peek() first")
-        t, _, _, handle = heapq.heappop(self._heap)
+        self._fire(*heapq.heappop(self._heap))
+
+    def _fire(self, t: float, _priority: int, _seq: int, handle: Handle) -> None:
         assert t >= self._now, "time went backwards"
         self._now = t
         try:
@@ -129,15 +131,20 @@ class Kernel:
 
     def run(self, until: float | None = None) -> None:
         """Process events until the heap is empty, or all events strictly before `until`."""
-        if until is None:
-            while self.peek() < math.inf:
-                self.step()
-            return
-        if until < self._now:
+        if until is not None and until < self._now:
             raise SimulationError(f"run(until={until}) is before now={self._now}")
-        while self.peek() < until:
-            self.step()
-        self._now = float(until)
+        end = math.inf if until is None else until
+        heap, pop, fire = self._heap, heapq.heappop, self._fire
+        while heap:  # `peek` then `step`, inlined: this loop runs once per event
+            entry = heap[0]
+            if entry[3].cancelled:
+                pop(heap)
+            elif entry[0] < end:
+                fire(*pop(heap))
+            else:
+                break
+        if until is not None:
+            self._now = float(until)
 
     # -- awaitables -------------------------------------------------------------------------
 

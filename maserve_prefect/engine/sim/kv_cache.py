@@ -14,6 +14,11 @@ calls, not a dict operation per block. A touched block is removed lazily: `_wher
 segment it sits in (-1 when it is not free) and a segment entry counts only while it matches.
 Hashes live in a `HashIndex` (`kv_index.py`): numpy arrays per block plus a direct-mapped table,
 so hashing or looking up a prompt's blocks is vectorized too, and eviction is one array write.
+A request's block table is an array too (`BlockTable`), so no list is built or converted on
+allocation or free. Lookups ask the index only about blocks that may be cached: a prompt given
+as prefix-block hashes derives each block hash from its prefix key, and the index keeps the keys
+any cached hash derives from (`_num_maybe_cached`); a chunked prefill's later chunks reuse the
+admission lookup while it is valid (`_lookups`, `any_cached` of a `BlockRange`).
 The observable behaviour (which block is taken next, which hash is evicted, which duplicate stays
 uncached) is exactly the per-block LRU's; `tests/engine/kv_reference.py` keeps that per-block
 version and a differential property test holds the two together. `free_queue`, `cached` and
@@ -49,10 +54,11 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from maserve_prefect.engine.sim.block_table import BlockTable
 from maserve_prefect.engine.sim.kv_index import HashIndex
 from maserve_prefect.engine.sim.request import SimRequest
 from maserve_prefect.engine.sim.retention import HARD, NONE, SOFT, soft_order
@@ -62,10 +68,19 @@ if TYPE_CHECKING:
     from maserve_prefect.engine.sim.host_tier import HostTier
 
 _SMALL = 4  # at most this many blocks: plain Python beats numpy's per-call overhead
+_NO_BLOCKS = np.zeros(0, dtype=np.int64)  # shared empty result (never written)
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+class BlockRange(NamedTuple):
+    """Blocks `start..end-1` of `req` (what `any_cached` asks about a request's prompt)."""
+
+    req: SimRequest
+    start: int
+    end: int
 
 
 class KVCacheManager:
@@ -87,7 +102,7 @@ class KVCacheManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_cnt = np.zeros(num_blocks, dtype=np.int64)
         self._idx = HashIndex(num_blocks)  # hash <-> block of the cached blocks
-        self.req_blocks: dict[int, list[int]] = {}  # request seq -> block ids
+        self.req_blocks: dict[int, BlockTable] = {}  # request seq -> block ids
         self.num_cached_blocks: dict[int, int] = {}  # request seq -> blocks hashed so far
         self.num_queried_tokens = 0
         self.num_hit_tokens = 0
@@ -116,6 +131,8 @@ class KVCacheManager:
         # each segment: [block ids in queue order, offset of the first unread entry, segment id]
         self._segs: deque[list] = deque([[np.arange(self.num_blocks, dtype=np.int64), 0, 0]])
         self._where = np.zeros(self.num_blocks, dtype=np.int64)  # segment id, -1 = not free
+        # segments holding stale entries (touched blocks); the others are read without a check
+        self._stale_sids: set[int] = set()
         self._num_free = self.num_blocks
         # entries in the segments, stale ones (touched blocks) included; bounded by compaction
         self._num_entries = self.num_blocks
@@ -137,7 +154,9 @@ class KVCacheManager:
         return self._num_hard_free
 
     def blocks_of(self, req: SimRequest) -> list[int]:
-        return self.req_blocks.get(req.seq, [])
+        """`req`'s block ids in order (a new list)."""
+        table = self.req_blocks.get(req.seq)
+        return [] if table is None else table.tolist()
 
     @property
     def free_queue(self) -> list[int]:
@@ -163,25 +182,31 @@ class KVCacheManager:
 
     def get_computed_blocks(self, req: SimRequest) -> tuple[list[int], int]:
         """Longest cached prefix of `req`'s full blocks, capped at `num_tokens - 1` tokens."""
+        hits, num_hit_tokens = self.lookup_prefix(req)
+        return hits.tolist(), num_hit_tokens
+
+    def lookup_prefix(self, req: SimRequest) -> tuple[np.ndarray, int]:
+        """`get_computed_blocks` with the hit blocks as an int64 array (the scheduler's form:
+        `ensure_slots` takes it as is)."""
         if not self.enable_prefix_caching:
-            return [], 0
+            return _NO_BLOCKS, 0
         max_blocks = (req.num_tokens - 1) // self.block_size
         if max_blocks <= 0:
-            return [], 0
+            return _NO_BLOCKS, 0
         hashes = req.block_hash_array(max_blocks)[:max_blocks]
         if max_blocks <= _SMALL:
-            hits: list[int] = []
+            found_small: list[int] = []
             for h in hashes.tolist():
                 b = self._idx.find_one(h)
                 if b < 0:
                     break
-                hits.append(b)
+                found_small.append(b)
+            hits = np.array(found_small, dtype=np.int64)
         else:
-            found = self._idx.find(hashes)
+            found = self._find(req, hashes, 0, max_blocks)
             self._lookup = (req, found)  # the admission's hashing reuses it (`_cache_full_blocks`)
             misses = np.flatnonzero(found < 0)
-            num_hits = int(misses[0]) if len(misses) else max_blocks
-            hits = found[:num_hits].tolist()
+            hits = found[: int(misses[0]) if len(misses) else max_blocks]
         if self.host is not None and len(hits) < max_blocks:
             return hits, (len(hits) + self._host_run(req, hashes, len(hits))) * self.block_size
         return hits, len(hits) * self.block_size
@@ -199,13 +224,70 @@ class KVCacheManager:
             self._host_pending = (req, rest[:run])
         return run
 
-    def any_cached(self, hashes: np.ndarray) -> bool:
-        """Whether some block caches one of `hashes` (uint64 array), or the host tier holds
-        one (caching it on the GPU then changes the host tier too)."""
-        if bool((self._idx.find(hashes) >= 0).any()):
+    def any_cached(self, hashes: np.ndarray | BlockRange) -> bool:
+        """Whether some block caches one of `hashes` (a uint64 array, or a request's block
+        range), or the host tier holds one (caching it on the GPU then changes the host tier
+        too).
+
+        A `BlockRange` is answered from its request's kept admission lookup while that is
+        valid (see `_cache_full_blocks`), else by looking up only the blocks that may be
+        cached (`_num_maybe_cached`): a chunked prefill does not look its prompt up twice.
+        """
+        if isinstance(hashes, BlockRange):
+            req, start, end = hashes
+            hashes = req.block_hash_array(end)[start:end]
+            was = self._kept_lookup(req, end)
+            if was is None:
+                cached = self._find(req, hashes, start, end) >= 0
+            else:
+                cached = self._idx.still_cached(was[start:end], hashes)
+        else:
+            cached = self._idx.find(hashes) >= 0
+        if np.count_nonzero(cached):
             return True
         host = self.host
         return host is not None and len(host) > 0 and host.any_of(hashes.tolist())
+
+    def _find(self, req: SimRequest, hashes: np.ndarray, start: int, end: int) -> np.ndarray:
+        """`HashIndex.find` of `req`'s block hashes `start..end-1` (`hashes`), asking the index
+        only about the blocks that may be cached (`_num_maybe_cached`)."""
+        n = self._num_maybe_cached(req, end) - start
+        if n >= len(hashes):
+            return self._idx.find(hashes)
+        found = np.full(len(hashes), -1, dtype=np.intp)
+        if n > 0:
+            found[:n] = self._idx.find(hashes[:n])
+        return found
+
+    def _num_maybe_cached(self, req: SimRequest, end: int) -> int:
+        """Of `req`'s blocks `0..end-1`, how many leading ones may be cached (none after them is).
+
+        For a prompt given as prefix-block hashes, block j's hash derives from the prefix key
+        of its last prefix block (`SimRequest.prefix_keys`, one per chain value), so a key no
+        cached hash derives from (`HashIndex.chains`) rules out every block that derives from
+        it. The registered keys are prefix-closed (a request registers its keys from where its
+        cached prefix ends, and that prefix was registered by whoever cached it), so the first
+        unregistered one bounds the rest. Blocks past the shareable prefix hold hashes unique to
+        `req`: cached nowhere unless `req` cached them before a preemption. (Exact up to 64-bit
+        hash collisions, which prefix caching assumes away anyway.)
+        """
+        chains = self._idx.chains
+        if chains is None or req.num_preemptions or not req.has_prefix_chain:
+            return end
+        p = 0
+        for c in req.prefix_keys().tolist():
+            if c not in chains:
+                break
+            p += 1
+        return min(end, req.num_blocks_within(p), req.num_shareable_blocks)
+
+    def _kept_lookup(self, req: SimRequest, end: int) -> np.ndarray | None:
+        """`req`'s kept lookup (block per hash at its admission) if still valid and covering
+        blocks `0..end-1`."""
+        kept = self._lookups.get(req.seq)
+        if kept is None or kept[0] != self._epoch or len(kept[1]) < end:
+            return None
+        return kept[1]
 
     def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
         """Count an admitted request's prefix lookup (queries and hits, in tokens). Host-tier
@@ -226,11 +308,21 @@ class KVCacheManager:
         """Give `req` room for `num_new_tokens` more tokens; None if they do not fit.
 
         `computed_blocks` (from `get_computed_blocks`) are prefix hits being taken on admission;
-        `num_computed_tokens` defaults to the request's own count.
+        `num_computed_tokens` defaults to the request's own count. Returns the new blocks.
         """
+        new = self.allocate(req, num_new_tokens, computed_blocks, num_computed_tokens)
+        return None if new is None else new.tolist()
+
+    def allocate(
+        self,
+        req: SimRequest,
+        num_new_tokens: int,
+        computed_blocks: Sequence[int] | np.ndarray = (),
+        num_computed_tokens: int | None = None,
+    ) -> np.ndarray | None:
+        """`allocate_slots` with the new blocks as an int64 array (the scheduler's form)."""
         computed = req.num_computed_tokens if num_computed_tokens is None else num_computed_tokens
-        total = computed + num_new_tokens
-        return self.ensure_slots(req, total, computed_blocks)
+        return self.ensure(req, computed + num_new_tokens, computed_blocks)
 
     def ensure_slots(
         self,
@@ -242,13 +334,39 @@ class KVCacheManager:
         """Make `req` hold blocks for `num_total_tokens` tokens and hash the ones they fill.
 
         `uncached`: the caller checked that none of the hashes this call caches is cached
-        anywhere (`any_cached`), so the duplicate check is skipped.
+        anywhere (`any_cached`), so the duplicate check is skipped. Returns the new blocks, or
+        None when they do not fit (then nothing changed).
         """
+        new = self.ensure(req, num_total_tokens, computed_blocks, uncached)
+        return None if new is None else new.tolist()
+
+    def ensure(
+        self,
+        req: SimRequest,
+        num_total_tokens: int,
+        computed_blocks: Sequence[int] | np.ndarray = (),
+        uncached: bool = False,
+    ) -> np.ndarray | None:
+        """`ensure_slots` with the new blocks as an int64 array (no list is built)."""
         lookup, self._lookup = self._lookup, None
         blocks = self.req_blocks.get(req.seq)
+        num_computed = len(computed_blocks)
+        if (
+            blocks is not None
+            and not num_computed
+            and num_total_tokens <= len(blocks) * self.block_size
+            and (
+                not self.enable_prefix_caching
+                or num_total_tokens // self.block_size <= self.num_cached_blocks.get(req.seq, 0)
+            )
+        ):
+            return _NO_BLOCKS  # most decode steps: no block to take, none newly full
         if blocks is None:
-            blocks = self.req_blocks[req.seq] = []
-        num_new = -(-num_total_tokens // self.block_size) - len(blocks) - len(computed_blocks)
+            blocks = self.req_blocks[req.seq] = BlockTable(
+                -(-(req.num_prompt_tokens + req.max_tokens) // self.block_size)
+            )
+
+        num_new = -(-num_total_tokens // self.block_size) - len(blocks) - num_computed
         pending = None
         if num_new <= 0:  # most decode steps: nothing to take, nothing to check
             num_new = 0
@@ -258,9 +376,11 @@ class KVCacheManager:
             pending = self._host_pending  # an admission's host-tier run
         hits = None
         num_evictable = 0
-        if computed_blocks:
-            hits = np.asarray(computed_blocks, dtype=np.int64)
-            num_evictable = int(np.count_nonzero(self.ref_cnt[hits] == 0))
+        if num_computed:
+            hits = np.asarray(computed_blocks, dtype=np.intp)
+            hit_refs = self.ref_cnt.take(hits)
+            free_hits = hits[hit_refs == 0]
+            num_evictable = len(free_hits)
         need = num_new + num_evictable
         # hard-pinned free blocks cannot be taken (only hit): they are not in the room
         if (
@@ -275,32 +395,37 @@ class KVCacheManager:
         if pending is not None:  # out of the host tier before evictions land there
             assert self.host is not None and pending[0] is req
             self.host.take(pending[1])
+        admission = num_computed > 0 and not blocks
         if hits is not None:  # touch: a free cached block leaves the LRU queue
             if self._num_pinned_free:
-                self._unfree_pins(hits[self.ref_cnt[hits] == 0])
-            self._where[hits[self.ref_cnt[hits] == 0]] = -1
+                self._unfree_pins(free_hits)
+            if num_evictable:
+                self._stale_sids.update(self._where.take(free_hits).tolist())
+            self._where[free_hits] = -1
             self._num_free -= num_evictable
-            self.ref_cnt[hits] += 1
-            blocks.extend(computed_blocks)
-        new_arr = None
+            hit_refs += 1
+            self.ref_cnt[hits] = hit_refs
+            blocks.extend(hits)
+
         if num_new > _SMALL:
             new_arr = self._pop_free_array(num_new)
-            new_blocks = new_arr.tolist()
+        elif num_new:
+            new_arr = np.array(self._pop_free(num_new), dtype=np.int64)
         else:
-            new_blocks = self._pop_free(num_new) if num_new else []
-        blocks.extend(new_blocks)
+            new_arr = _NO_BLOCKS
+        if num_new:
+            blocks.extend(new_arr)
         if self.enable_prefix_caching:
-            if computed_blocks and len(blocks) == len(new_blocks) + len(computed_blocks):
-                # admission: prefix hits are cached already, hashing resumes after them
-                self.num_cached_blocks[req.seq] = len(computed_blocks)
+            if admission:  # prefix hits are cached already, hashing resumes after them
+                self.num_cached_blocks[req.seq] = num_computed
             if lookup is not None and (
-                lookup[0] is not req or len(blocks) > len(new_blocks) + len(computed_blocks)
+                lookup[0] is not req or len(blocks) > num_new + num_computed
             ):
                 lookup = None  # not this request's admission
-            self._cache_full_blocks(req, blocks, num_total_tokens, lookup, new_arr, uncached)
+            self._cache_full_blocks(req, blocks.view(), num_total_tokens, lookup, uncached)
         if pending is not None:
             self._commit_host_load(req)
-        return new_blocks
+        return new_arr
 
     def _fits_hard_hits(self, hits: np.ndarray | None, need: int) -> bool:
         """Whether `need` blocks (hits leaving the free queue included) fit once the hits on
@@ -340,7 +465,7 @@ class KVCacheManager:
     def hash_full_blocks(self, req: SimRequest, num_tokens: int) -> None:
         """Cache the blocks of `req` that `num_tokens` tokens fill (prefix caching on)."""
         if self.enable_prefix_caching:
-            self._cache_full_blocks(req, self.req_blocks[req.seq], num_tokens)
+            self._cache_full_blocks(req, self.req_blocks[req.seq].view(), num_tokens)
 
     def _pop_free(self, n: int) -> list[int]:
         """Take the `n` least recently freed blocks, evicting their hashes (they get new tokens)."""
@@ -366,7 +491,7 @@ class KVCacheManager:
                 self.ref_cnt[b] = 1
                 if evicted is not None and self._idx.hashed[b]:
                     evicted.append(int(self._idx.hash_val[b]))
-                self._idx.hashed[b] = False
+                self._idx.evict_one(b)
         if evicted:
             self.on_evict(evicted)  # type: ignore[misc]
         return taken
@@ -387,7 +512,7 @@ class KVCacheManager:
                 continue
             window = arr[off : off + need]
             seg[1] = off + len(window)
-            live = window[where[window] == sid]
+            live = window[where.take(window) == sid] if sid in self._stale_sids else window
             parts.append(live)
             need -= len(live)
         got: np.ndarray = parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -462,18 +587,14 @@ class KVCacheManager:
     def _cache_full_blocks(
         self,
         req: SimRequest,
-        blocks: list[int],
+        blocks: np.ndarray,
         num_tokens: int,
         lookup: tuple[SimRequest, np.ndarray] | None = None,
-        new_arr: np.ndarray | None = None,
         uncached: bool = False,
     ) -> None:
         """Hash the blocks `num_tokens` tokens fill; a duplicate of a cached block stays unhashed.
 
-        `new_arr` is the array of the blocks just appended to the end of `blocks` (saves
-        rebuilding it from the list).
-
-        Which of the new hashes are cached elsewhere already (duplicates) is asked of the index
+        `blocks` is `req`'s block table (`BlockTable.view()`). Which of the new hashes are cached elsewhere already (duplicates) is asked of the index
         only where the answer can be yes and is not known:
         - a block past the shareable prefix has a hash unique to `req` (`request.py`): cached
           nowhere unless `req` cached it before a preemption, so it is not looked up then;
@@ -498,24 +619,19 @@ class KVCacheManager:
             kept = None
         if start < n_shared:  # shareable hashes get cached: other requests' lookups go stale
             self._epoch += 1
+            if req.has_prefix_chain and idx.chains is not None:
+                p0, p1 = req.prefix_positions(start, min(num_full, n_shared))
+                idx.chains.update(req.prefix_keys()[p0:p1].tolist())
         if num_full - start <= _SMALL:
-            for b, h in zip(blocks[start:num_full], sh.tolist(), strict=True):
+            for b, h in zip(blocks[start:num_full].tolist(), sh.tolist(), strict=True):
                 # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
                 if not idx.hashed[b] and idx.find_one(h) < 0:
                     idx.add_one(b, h)
                     if self.on_cache is not None:
                         self.on_cache(np.array([b]), np.array([h], dtype=np.uint64))
         else:
-            tail = len(blocks) - (0 if new_arr is None else len(new_arr))
-            if new_arr is not None and start >= tail:
-                sb = new_arr[start - tail : num_full - tail]
-            elif new_arr is not None and start == tail - 1:  # the partly filled block first
-                sb = np.concatenate(
-                    (np.array(blocks[start : start + 1]), new_arr[: num_full - tail])
-                )
-            else:
-                sb = np.array(blocks[start:num_full], dtype=np.int64)
-            ok = ~idx.hashed[sb]
+            sb = blocks[start:num_full]
+            skip = idx.hashed.take(sb)  # a hit block is hashed already
             n_check = 0 if uncached else check_end - start
             if n_check:
                 if lookup is not None and len(lookup[1]) >= check_end:
@@ -525,13 +641,14 @@ class KVCacheManager:
                 else:
                     was = None
                 sc = sh[:n_check]
-                if was is not None:  # -1 indexes the never-hashed sentinel block
-                    cached = idx.hashed[was] & (idx.hash_val[was] == sc)
+                if was is not None:
+                    dup = idx.still_cached(was, sc)
                 else:
-                    cached = idx.find(sc) >= 0
-                ok[:n_check] &= ~cached
-            if not ok.all():
-                sb, sh = sb[ok], sh[ok]
+                    dup = self._find(req, sc, start, check_end) >= 0
+                skip[:n_check] |= dup  # a duplicate stays uncached (vLLM keeps one)
+            if np.count_nonzero(skip):
+                keep = ~skip
+                sb, sh = sb[keep], sh[keep]
             idx.add(sb, sh)
             if self.on_cache is not None and len(sb):
                 self.on_cache(sb, sh)
@@ -550,10 +667,11 @@ class KVCacheManager:
             self._caps.pop(req.seq, None)
         if not blocks:
             return
-        arr = np.array(blocks[::-1], dtype=np.int64)
-        ref = self.ref_cnt
-        ref[arr] -= 1
-        zero = arr[ref[arr] == 0]
+        arr = blocks.view()[::-1]  # the table is dropped: its buffer can back a queue segment
+        left = self.ref_cnt.take(arr)
+        left -= 1
+        self.ref_cnt[arr] = left
+        zero = arr if not np.count_nonzero(left) else arr[left == 0]
         if len(zero):
             self._push_free(zero)
 
@@ -565,7 +683,7 @@ class KVCacheManager:
         self._num_free += len(zero)
         self._num_entries += len(zero)
         lv = self.pin_level[zero]  # per freed batch, not per step: cheap enough to always do
-        if lv.any():
+        if np.count_nonzero(lv):
             self._num_pinned_free += int(np.count_nonzero(lv))
             self._num_hard_free += int(np.count_nonzero(lv == HARD))
         if self._num_entries > self.max_queue_entries:
@@ -602,6 +720,7 @@ class KVCacheManager:
         got = np.asarray(self._pop_free(n), dtype=np.int64)
         hv = np.array(hashes[:n], dtype=np.uint64)
         self._idx.add(got, hv)
+        self._idx.chains = None  # hashes of unknown origin: every lookup asks the index
         self._epoch += 1  # cached hashes changed: kept lookups are stale
         self._lookup = None
         if self.on_cache is not None:
@@ -620,9 +739,8 @@ class KVCacheManager:
         self._lookups.pop(req.seq, None)
         if not blocks or len(blocks) <= keep_blocks:
             return 0
-        tail = blocks[keep_blocks:]
-        del blocks[keep_blocks:]
-        arr = np.array(tail[::-1], dtype=np.int64)
+        tail = blocks.truncate(keep_blocks)
+        arr = tail[::-1]
         self.ref_cnt[arr] -= 1
         zero = arr[self.ref_cnt[arr] == 0]
         if len(zero):
@@ -639,6 +757,7 @@ class KVCacheManager:
         sid = next(self._sid)
         self._where[live] = sid
         self._segs = deque([[live, 0, sid]])
+        self._stale_sids = set()
         self._num_entries = len(live)
 
     def reset_prefix_cache(self) -> None:
@@ -668,7 +787,8 @@ class KVCacheManager:
         """Blocks conserved, ref counts match the block tables, the cache index is consistent."""
         expected = np.zeros(self.num_blocks, dtype=np.int64)
         for blocks in self.req_blocks.values():
-            np.add.at(expected, np.asarray(blocks, dtype=np.int64), 1)
+            np.add.at(expected, blocks.view(), 1)
+
         if not np.array_equal(expected, self.ref_cnt):
             raise SimulationError("KV ref counts disagree with the request block tables")
         queue = self.free_queue

@@ -7,8 +7,16 @@ One idea: the block arrays are the truth (`hashed[b]`, `hash_val[b]`), and the i
 every hash; an entry is trusted only while that block still holds that hash, so eviction is just
 `hashed[b] = False` and stale entries are overwritten later. A hash whose slot is taken by another
 live hash goes to a small overflow dict (its slot is flagged so lookups know to look there); the
-table has ~32 slots per block, so that is rare. Within one `add` call the hashes are distinct
+table has ~128 slots per block, so that is rare. Within one `add` call the hashes are distinct
 (they are one request's chained block hashes), as vLLM assumes too.
+
+Speed notes (a long prompt is thousands of blocks, so each array pass counts): the blocks of one
+prefix block get consecutive hashes (`request.py`), hence consecutive slots, so a prompt touches
+a few table cache lines per prefix block; gathers use `take`, cheaper than fancy indexing; slots
+are the hashes' low bits reinterpreted in place; the table holds uint16 block ids while they fit.
+`chains` (the prefix keys added hashes derive from) lets the KV cache skip looking up blocks that
+cannot be cached. (Folding the overflow flag into the table entries, or keeping a per-block
+home-slot array, measured slower.)
 
 Examples:
     >>> import numpy as np
@@ -22,7 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-_SLOTS_PER_BLOCK = 32
+_SLOTS_PER_BLOCK = 128
+_MAX_TABLE_BITS = 22  # 4M slots: 8 MiB of uint16 entries
 
 
 class HashIndex:
@@ -30,22 +39,29 @@ class HashIndex:
 
     Args:
         num_blocks: blocks in the pool.
-        table_bits: log2 of the direct-mapped table size (default: ~32 slots per block).
+        table_bits: log2 of the direct-mapped table size (default: ~128 slots per block).
     """
 
     def __init__(self, num_blocks: int, table_bits: int | None = None) -> None:
         if table_bits is None:
-            table_bits = max(10, (num_blocks * _SLOTS_PER_BLOCK - 1).bit_length())
+            table_bits = min(_MAX_TABLE_BITS, (num_blocks * _SLOTS_PER_BLOCK - 1).bit_length())
+            table_bits = max(10, table_bits)
         # one extra, never hashed block `num_blocks` marks an empty table slot (no -1 checks)
         self._empty = num_blocks
         self.hashed = np.zeros(num_blocks + 1, dtype=bool)
         self.hash_val = np.zeros(num_blocks + 1, dtype=np.uint64)
         self._imask = (1 << table_bits) - 1
         self._mask = np.uint64(self._imask)
-        self._table = np.full(1 << table_bits, num_blocks, dtype=np.int32)
+        # uint16 entries while block ids fit: a smaller table stays in cache
+        dtype = np.uint16 if num_blocks < 1 << 16 else np.int32
+        self._table = np.full(1 << table_bits, num_blocks, dtype=dtype)
         self._flag = np.zeros(1 << table_bits, dtype=bool)  # slot has overflow entries
         self._overflow: dict[int, int] = {}
         self._max_overflow = 256 + num_blocks // 4
+        # prefix keys (`SimRequest.prefix_keys`) some added hash derives from: a hash
+        # derived from any other key is cached nowhere, so it need not be looked up.
+        # None once hashes of unknown origin were added (then every hash is looked up).
+        self.chains: set[int] | None = set()
 
     def reset(self) -> None:
         """Forget every hash."""
@@ -53,18 +69,40 @@ class HashIndex:
         self._table[:] = self._empty
         self._flag[:] = False
         self._overflow = {}
+        self.chains = set()
 
     def find(self, hashes: np.ndarray) -> np.ndarray:
-        """The block caching each hash (uint64 array), -1 where none does."""
-        slots = (hashes & self._mask).astype(np.intp)
-        blocks = self._table[slots]
-        found = self.hashed[blocks] & (self.hash_val[blocks] == hashes)
-        out = np.where(found, blocks, -1)
+        """The block caching each hash (uint64 array), -1 where none does (an intp array)."""
+        slots = self._slots(hashes)
+        blocks = self._table.take(slots).astype(np.intp)
+        found = self.hashed.take(blocks)
+        found &= self.hash_val.take(blocks) == hashes
         if self._overflow:
-            for i in np.flatnonzero(self._flag[slots] & ~found).tolist():
-                b = self._overflow.get(int(hashes[i]), -1)
-                if b >= 0 and self.hashed[b] and int(self.hash_val[b]) == int(hashes[i]):
-                    out[i] = b
+            flagged = self._flag.take(slots)
+            flagged &= ~found
+            if np.count_nonzero(flagged):
+                for i in flagged.nonzero()[0].tolist():
+                    h = int(hashes[i])
+                    b = self._overflow.get(h, -1)
+                    if b >= 0 and self.hashed[b] and int(self.hash_val[b]) == h:
+                        blocks[i] = b
+                        found[i] = True
+        if np.count_nonzero(found) < len(found):
+            blocks[~found] = -1
+        return blocks
+
+    def _slots(self, hashes: np.ndarray) -> np.ndarray:
+        """Table slot of each hash: its low bits, reinterpreted as intp (no copy; they fit)."""
+        return (hashes & self._mask).view(np.intp)
+
+    def still_cached(self, blocks: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+        """Whether `blocks[i]` still caches `hashes[i]` (a bool array; block -1: no), for
+        blocks an earlier `find` returned: only those found then are looked at."""
+        out = np.zeros(len(blocks), dtype=bool)
+        pos = (blocks >= 0).nonzero()[0]
+        if len(pos):
+            b = blocks.take(pos)
+            out[pos] = self.hashed.take(b) & (self.hash_val.take(b) == hashes.take(pos))
         return out
 
     def find_one(self, h: int) -> int:
@@ -94,37 +132,43 @@ class HashIndex:
     def add(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
         """Cache `hashes[i]` in `blocks[i]`: the blocks hold no hash, the hashes no block."""
         masked = hashes & self._mask
-        slots = masked.astype(np.intp)
+        slots = masked.view(np.intp)
         table = self._table
-        occ = table[slots]
+        occ = table.take(slots).astype(np.intp)
         # a slot is taken while its block is hashed with a hash of that slot: it keeps it
-        taken = self.hashed[occ] & ((self.hash_val[occ] & self._mask) == masked)
+        taken = self.hashed.take(occ)
+        any_taken = np.count_nonzero(taken) > 0
+        if any_taken:
+            taken &= (self.hash_val.take(occ) & self._mask) == masked
+            any_taken = np.count_nonzero(taken) > 0
         self.hashed[blocks] = True
         self.hash_val[blocks] = hashes
-        table[slots] = np.where(taken, occ, blocks)
+        table[slots] = np.where(taken, occ, blocks) if any_taken else blocks
         # a taken slot, or two new hashes sharing a slot: the one the table lacks overflows
-        lost = table[slots] != blocks
-        if lost.any():
+        lost = table.take(slots) != blocks
+        if np.count_nonzero(lost):
             self._spill(blocks[lost], hashes[lost], slots[lost])
 
     def _spill(self, blocks: np.ndarray, hashes: np.ndarray, slots: np.ndarray) -> None:
         self._flag[slots] = True
-        self._overflow.update(zip(hashes.tolist(), blocks.tolist(), strict=True))
-        if len(self._overflow) > self._max_overflow:  # drop entries whose block moved on
-            live = {
-                h: b
-                for h, b in self._overflow.items()
-                if self.hashed[b] and int(self.hash_val[b]) == h
-            }
-            self._overflow = live
+        over = self._overflow
+        over.update(zip(hashes.tolist(), blocks.tolist(), strict=True))
+        if len(over) > self._max_overflow:  # drop entries whose block moved on
+            keys = np.fromiter(over.keys(), np.uint64, len(over))
+            vals = np.fromiter(over.values(), np.intp, len(over))
+            live = self.hashed[vals] & (self.hash_val[vals] == keys)
+            keys, vals = keys[live], vals[live]
+            self._overflow = dict(zip(keys.tolist(), vals.tolist(), strict=True))
             self._flag[:] = False
-            if live:
-                keys = np.fromiter(live.keys(), np.uint64, len(live))
-                self._flag[(keys & self._mask).astype(np.intp)] = True
+            self._flag[self._slots(keys)] = True
 
     def evict(self, blocks: np.ndarray | list[int]) -> None:
         """The blocks get new contents: their hashes are no longer cached."""
         self.hashed[blocks] = False
+
+    def evict_one(self, b: int) -> None:
+        """`evict` for one block."""
+        self.hashed[b] = False
 
     def block_hash(self) -> dict[int, int]:
         """Block id -> hash for every cached block (a copy)."""

@@ -173,16 +173,19 @@ class SimPool:
     def route(self, deployment: str) -> SimReplica | None:
         """Least outstanding requests among READY, accepting replicas of `deployment`; ties by
         name. None when no replica can take work now."""
-        best: PoolReplica | None = None
+        best: SimReplica | None = None
+        best_key: tuple[int, str] | None = None
+        ready = ReplicaStatus.READY
         for p in self._replicas.values():
-            if p.deployment.name != deployment or p.status is not ReplicaStatus.READY:
+            if p.status is not ready or p.deployment.name != deployment:
                 continue
-            if not p.engine.accepting:
+            eng = p.engine
+            if not eng.accepting:
                 continue
-            key = (p.engine.num_outstanding, p.name)
-            if best is None or key < (best.engine.num_outstanding, best.name):
-                best = p
-        return None if best is None else best.engine
+            key = (eng.num_outstanding, p.name)
+            if best_key is None or key < best_key:
+                best, best_key = eng, key
+        return best
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from maserve_prefect.clock import Cancellable
 from maserve_prefect.engine.sim.cost import ScheduledChunk, StepCost, StepCostModel
+from maserve_prefect.engine.sim.kv_cache import BlockRange
 from maserve_prefect.engine.sim.request import SimRequest
 from maserve_prefect.engine.sim.scheduler import Scheduler, SchedulerOutput
 from maserve_prefect.errors import SimulationError
@@ -87,7 +88,7 @@ class PrefillRun:
         kv, req, c0, c = scheduler.kv, self.req, self.ctx0, self.chunk
         totals = [c0 + self.k * c] if self.batched else [c0 + j * c for j in range(2, self.k + 1)]
         for total in totals:
-            if kv.ensure_slots(req, total, uncached=self.batched) is None:
+            if kv.ensure(req, total, uncached=self.batched) is None:
                 raise SimulationError("prefill fast-forward ran out of KV blocks (bound was wrong)")
 
 
@@ -119,7 +120,7 @@ def plan_prefill_run(
         if not req.num_preemptions:  # later hashes are the request's own, cached nowhere yet
             last = min(last, req.num_shareable_blocks)
         if last > first:
-            batched = not kv.any_cached(req.block_hash_array(last)[first:last])
+            batched = not kv.any_cached(BlockRange(req, first, last))
     starts: list[float] = []
     ends: list[float] = []
     costs: list[StepCost] = []

@@ -27,6 +27,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from maserve_prefect.engine.sim.kv_cache import KVCacheManager
 from maserve_prefect.engine.sim.request import RequestStatus, SimRequest
@@ -112,8 +113,9 @@ class AdmitStop(Enum):
     PREEMPTED = "preempted"
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledItem:
+class ScheduledItem(NamedTuple):
+    """One request's decision in a step (a named tuple: built per scheduled request per step)."""
+
     request_id: str
     seq: int
     num_computed_before: int
@@ -148,6 +150,7 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
         self.config = config
         self.kv = kv
+        self._by_priority = config.policy is Policy.PRIORITY  # the config is frozen
         self.running: list[SimRequest] = []
         self._fcfs: deque[SimRequest] = deque()
         self._heap: list[tuple[int, int, float, float, int, SimRequest]] = []
@@ -161,11 +164,11 @@ class Scheduler:
 
     @property
     def num_waiting(self) -> int:
-        return len(self._heap) if self.config.policy is Policy.PRIORITY else len(self._fcfs)
+        return len(self._heap) if self._by_priority else len(self._fcfs)
 
     def waiting(self) -> list[SimRequest]:
         """Waiting requests in admission order (a copy)."""
-        if self.config.policy is Policy.PRIORITY:
+        if self._by_priority:
             return [entry[5] for entry in sorted(self._heap, key=lambda e: e[:5])]
         return list(self._fcfs)
 
@@ -176,7 +179,7 @@ class Scheduler:
         self._push_waiting(req, front=False)
 
     def _push_waiting(self, req: SimRequest, front: bool) -> None:
-        if self.config.policy is Policy.PRIORITY:
+        if self._by_priority:
             heapq.heappush(self._heap, _heap_entry(req))
         elif self._ordered:
             self._insert_ordered(req, front)
@@ -210,7 +213,7 @@ class Scheduler:
             return
         waiting = req.status is not RequestStatus.RUNNING
         if waiting:
-            if self.config.policy is Policy.PRIORITY:
+            if self._by_priority:
                 self._heap = [e for e in self._heap if e[5] is not req]
                 heapq.heapify(self._heap)
             else:
@@ -221,10 +224,10 @@ class Scheduler:
             self._push_waiting(req, front=False)
 
     def _peek_waiting(self) -> SimRequest:
-        return self._heap[0][5] if self.config.policy is Policy.PRIORITY else self._fcfs[0]
+        return self._heap[0][5] if self._by_priority else self._fcfs[0]
 
     def _pop_waiting(self) -> None:
-        if self.config.policy is Policy.PRIORITY:
+        if self._by_priority:
             req = heapq.heappop(self._heap)[5]
         else:
             req = self._fcfs.popleft()
@@ -246,7 +249,7 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             num_new = self._cap(req.num_tokens - req.num_computed_tokens, budget)
-            while self.kv.allocate_slots(req, num_new) is None:
+            while self.kv.allocate(req, num_new) is None:
                 victim = self._pick_victim()
                 if self.running.index(victim) < i:
                     i -= 1
@@ -283,7 +286,7 @@ class Scheduler:
         return num_new
 
     def _pick_victim(self) -> SimRequest:
-        if self.config.policy is Policy.PRIORITY:
+        if self._by_priority:
             return max(self.running, key=lambda r: (r.priority, r.ordering_key, r.arrival_s, r.seq))
         return self.running[-1]
 
@@ -305,9 +308,9 @@ class Scheduler:
             if len(self.running) >= self.config.max_num_seqs:
                 return AdmitStop.MAX_SEQS
             req = self._peek_waiting()
-            hits, num_hit = self.kv.get_computed_blocks(req)
+            hits, num_hit = self.kv.lookup_prefix(req)
             num_new = self._cap(req.num_tokens - num_hit, budget)
-            if self.kv.allocate_slots(req, num_new, hits, num_hit) is None:
+            if self.kv.allocate(req, num_new, hits, num_hit) is None:
                 return AdmitStop.KV  # head-of-line blocking
             self._pop_waiting()
             if self.config.enable_prefix_caching:
@@ -358,7 +361,7 @@ class Scheduler:
         if req in self.running:
             self.running.remove(req)
         else:
-            if self.config.policy is Policy.PRIORITY:
+            if self._by_priority:
                 self._heap = [e for e in self._heap if e[5] is not req]
                 heapq.heapify(self._heap)
             else:

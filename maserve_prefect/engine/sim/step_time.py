@@ -23,6 +23,7 @@ That split makes an all-decode step exactly `base(S) + per_token * total_context
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from maserve_prefect.engine.catalog.devices import get_device
 from maserve_prefect.engine.catalog.efficiency import DeviceEfficiency
@@ -42,6 +43,8 @@ from maserve_prefect.engine.sim.roofline import (
     sampler_time,
 )
 from maserve_prefect.errors import ConfigError
+
+_MAX_SINGLE_CACHE = 1 << 16  # one-chunk step costs kept (cleared when full)
 
 
 class RooflineStepModel:
@@ -65,6 +68,7 @@ class RooflineStepModel:
         "_linear_cache",
         "_lm_head",
         "_overhead_cache",
+        "_single_cache",
         "eff",
         "gpu",
         "model",
@@ -100,6 +104,9 @@ class RooflineStepModel:
         self._linear_cache: dict[int, float] = {}
         self._head_cache: dict[int, float] = {}
         self._overhead_cache: dict[tuple[int, int], float] = {}
+        # one-chunk steps (a prompt's chunks while nothing else runs) recur across requests:
+        # every prompt without a prefix hit has the same chunk sequence
+        self._single_cache: dict[ScheduledChunk, StepCost] = {}
 
     # --- parts ---------------------------------------------------------------------------------
     def _linear_s(self, tokens: int) -> float:
@@ -143,6 +150,16 @@ class RooflineStepModel:
     # --- the seam --------------------------------------------------------------------------------
     def step_cost(self, chunks: Sequence[ScheduledChunk]) -> StepCost:
         """Cost of one step computing `chunks` (one per scheduled request)."""
+        if len(chunks) == 1:
+            cost = self._single_cache.get(chunks[0])
+            if cost is None:
+                if len(self._single_cache) >= _MAX_SINGLE_CACHE:
+                    self._single_cache.clear()
+                cost = self._single_cache[chunks[0]] = self._step_cost(chunks)
+            return cost
+        return self._step_cost(chunks)
+
+    def _step_cost(self, chunks: Sequence[ScheduledChunk]) -> StepCost:
         if not chunks:
             return StepCost(0.0, 0.0, 0.0, 0.0)
         tokens = 0
@@ -236,4 +253,13 @@ def make_step_model(model_name: str, gpu_name: str, tp: int = 1) -> RooflineStep
         8
     """
     device = get_device(gpu_name)
-    return RooflineStepModel(get_model(model_name), device.gpu, device.efficiency, tp)
+    return _shared_step_model(get_model(model_name), device.gpu, device.efficiency, tp)
+
+
+@lru_cache(maxsize=64)
+def _shared_step_model(
+    model: ModelSpec, gpu: GpuSpec, efficiency: DeviceEfficiency, tp: int
+) -> RooflineStepModel:
+    """One step model per distinct (frozen) spec: every replica of a deployment shares its
+    memo caches (the model is a pure function of its specs)."""
+    return RooflineStepModel(model, gpu, efficiency, tp)
