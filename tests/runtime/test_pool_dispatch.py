@@ -73,10 +73,10 @@ def digest(res: PoolRunResult) -> str:
 # the dispatcher (commit caba905). Equal digests = identical results. They change only if the
 # simulator, the cost model or a plan changes; then check the change and re-record them.
 BEFORE = {
-    "joint": "48508b1d2db795b1",
-    "pool-fcfs": "4b12269dc6c6771c",
-    "parrot": "f659fd40fc223029",
-    "kairos": "9542737dc58e3d0a",
+    "joint": "344733a6f05eb899",
+    "pool-fcfs": "256302bd4d8060e3",
+    "parrot": "558871bd201ced58",
+    "kairos": "ee11b7c378b3cd3b",
 }
 
 

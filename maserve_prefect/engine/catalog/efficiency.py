@@ -18,6 +18,10 @@ from typing import Any
 
 from maserve_prefect.errors import ConfigError
 
+# Keys older fits carry that the model no longer uses (read and ignored, so device files written
+# by an older `maserve sim calibrate` still load): prefill attention is a CTA wave model now.
+RETIRED_KEYS = frozenset({"attn_prefill_mem"})
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceEfficiency:
@@ -56,8 +60,10 @@ class DeviceEfficiency:
     attn_empty_cta_s: float = 1e-6
     attn_l2_reuse: float = 0.95
     attn_kv_reach_bytes: float = 7.5e9
+    # Fraction of the L2 that keeps one query head's KV pass for its GQA siblings.
+    attn_l2_frac: float = 0.75
+    # Prefill CTAs (causal tiles) as a fraction of one SM's share of peak; per-request cost.
     attn_prefill_comp: float = 0.5
-    attn_prefill_mem: float = 0.1
     attn_prefill_req_s: float = 1e-6
     # Sampler: per-step launch plus fp32 logits traffic per sequence.
     sampler_mem: float = 0.05
@@ -76,6 +82,7 @@ class DeviceEfficiency:
     def from_dict(cls, data: dict[str, Any], where: str) -> DeviceEfficiency:
         """Build from a mapping; unknown keys or non-positive values raise `ConfigError`."""
         known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k not in RETIRED_KEYS}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(

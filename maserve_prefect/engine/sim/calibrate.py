@@ -29,6 +29,7 @@ from maserve_prefect.engine.catalog.gpus import GpuSpec
 from maserve_prefect.engine.sim.profiles import FloatArray, ProfileSet
 from maserve_prefect.engine.sim.roofline import (
     attention_m_blocks,
+    attention_tile_m,
     elementwise_bytes_per_token,
     elementwise_time,
     linear_time,
@@ -64,8 +65,8 @@ PARAM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "attn_empty_cta_s",
             "attn_l2_reuse",
             "attn_kv_reach_bytes",
+            "attn_l2_frac",
             "attn_prefill_comp",
-            "attn_prefill_mem",
             "attn_prefill_req_s",
         ),
     ),
@@ -75,7 +76,11 @@ _BOUNDS_EFF = (0.005, 4.0)
 _BOUNDS_S = (1e-9, 5e-3)
 # Parameters with their own physical range: a hit fraction cannot pass 1; a KV footprint is
 # somewhere between 100 MB and 1 TB.
-_BOUNDS_NAMED = {"attn_l2_reuse": (0.005, 1.0), "attn_kv_reach_bytes": (1e8, 1e12)}
+_BOUNDS_NAMED = {
+    "attn_l2_reuse": (0.005, 1.0),
+    "attn_l2_frac": (0.05, 1.0),
+    "attn_kv_reach_bytes": (1e8, 1e12),
+}
 
 
 def _bounds(name: str) -> tuple[float, float]:
@@ -107,7 +112,8 @@ def predict(ps: ProfileSet, gpu: GpuSpec, eff: DeviceEfficiency) -> FloatArray:
     )
     prefill = prefill_attention_time(chunk, prior, model, tp, gpu, eff)
     # with a prefill chunk, every decode's m-blocks past its first are empty CTAs
-    empty = n_dec * model.num_attention_heads / tp * np.maximum(attention_m_blocks(chunk) - 1, 0)
+    blocks = attention_m_blocks(chunk, attention_tile_m(gpu))
+    empty = n_dec * model.num_attention_heads / tp * np.maximum(blocks - 1, 0)
     mixed = mixed_attention_time(n_dec, n_dec * ctx, prefill, empty, model, tp, gpu, eff)
     return eff.attn_call_s + np.where(chunk > 0, mixed, decode)
 

@@ -13,8 +13,9 @@ hd = head_dim, all per tensor-parallel rank):
   bytes, `2*in*out*M` FLOPs over M tokens (lm_head: M = scheduled sequences);
 - elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below;
 - decode attention: reads `ctx * kv_bytes_per_token_per_layer` per request;
-- prefill attention: exact causal FLOPs `4*H*hd*(new*prior + new*(new+1)/2)` and reads the
-  KV of `prior + new` tokens;
+- prefill attention: a wave model of the causal FlashAttention grid (`ceil(new / tile_m)` query
+  tiles x H CTAs, one per SM at a time, each streaming the keys it sees), see
+  `prefill_attention_time`;
 - mixed decode attention (decodes in a step that also computes a prefill chunk): a tile/wave
   model of vLLM's FlashAttention-2 varlen kernel, see `mixed_attention_time`;
 - sampler: fp32 logits `vocab*4` bytes per sequence.
@@ -97,38 +98,61 @@ def decode_attention_per_token_s(
     return kv_bytes_per_token / (gpu.mem_bw_bytes_s * eff.attn_decode_mem)
 
 
+# FlashAttention-2's query tile (kBlockM) for head_dim <= 128: one CTA computes this many query
+# rows, so a 1-token decode query is padded to a full tile. FA2 runs 128-row tiles on sm80 /
+# sm90 parts; on the small-shared-memory parts (sm86 / sm89 / sm120: L40S, RTX PRO Blackwell) it
+# picks square 64 x 64 tiles for causal attention. The RTX PRO 6000 profiles show it directly:
+# prefill attention time steps with `ceil(ceil(chunk / 64) * heads / SMs)` and not with 128.
+ATTN_TILE_M = 128
+_TILE_M_64 = frozenset({"L40S", "RTX PRO 6000", "RTX PRO 5000"})
+
+
+def attention_tile_m(gpu: GpuSpec) -> int:
+    """Query rows per attention CTA on `gpu` (see `ATTN_TILE_M`)."""
+    return 64 if gpu.name in _TILE_M_64 else ATTN_TILE_M
+
+
+def attention_m_blocks(max_new_tokens: Num, tile_m: int = ATTN_TILE_M) -> Num:
+    """Query tiles per (sequence, head) in a varlen launch: `ceil(max_seqlen_q / tile_m)`."""
+    return np.ceil(max_new_tokens / tile_m)
+
+
+def _tile_tok_s(model: ModelSpec, gpu: GpuSpec, comp: float, tile_m: int) -> float:
+    """Seconds one CTA spends per key token: `4 * tile_m * hd` FLOPs at `comp` of one SM's
+    share of peak."""
+    return 4.0 * tile_m * model.head_dim * gpu.num_sms / (gpu.peak_flops * comp)
+
+
 def prefill_attention_time(
     new: Num, prior: Num, model: ModelSpec, tp: int, gpu: GpuSpec, eff: DeviceEfficiency
 ) -> Num:
-    """One layer's attention for one request computing `new` tokens over `prior` cached ones."""
+    """One layer's attention for one request computing `new` tokens over `prior` cached ones.
+
+    A wave model of the causal FlashAttention grid: `ceil(new / tile_m)` query tiles per query
+    head, one CTA each, one CTA per SM at a time. Each CTA streams the keys it sees, on
+    average `prior + (new + tile_m) / 2` under the causal mask (capped at `prior + new`),
+    after a fixed `attn_cta_s`; the waves run one after another. So a short chunk over a long
+    context costs one full pass over that context per wave, not FLOPs / peak: the profiles'
+    time is flat in the chunk size until the tile count passes the SM count, then jumps.
+    """
+    tile_m = attention_tile_m(gpu)
     heads = model.num_attention_heads / tp
-    flops = 4.0 * heads * model.head_dim * (new * prior + new * (new + 1) / 2.0)
-    kv_bytes = (prior + new) * model.kv_bytes_per_token_per_layer(tp)
-    t_comp = flops / (gpu.peak_flops * eff.attn_prefill_comp)
-    t_mem = kv_bytes / (gpu.mem_bw_bytes_s * eff.attn_prefill_mem)
-    return eff.attn_prefill_req_s + np.sqrt(t_comp * t_comp + t_mem * t_mem)
+    waves = np.ceil(np.ceil(new / tile_m) * heads / gpu.num_sms)
+    keys = prior + np.minimum(new, (new + tile_m) / 2.0)
+    cta = eff.attn_cta_s + keys * _tile_tok_s(model, gpu, eff.attn_prefill_comp, tile_m)
+    return eff.attn_prefill_req_s + waves * cta
 
 
 def prefill_attention_time_scalar(
     new: float, prior: float, model: ModelSpec, tp: int, gpu: GpuSpec, eff: DeviceEfficiency
 ) -> float:
     """`prefill_attention_time` on plain floats (same operations, same order; bit-identical)."""
+    tile_m = attention_tile_m(gpu)
     heads = model.num_attention_heads / tp
-    flops = 4.0 * heads * model.head_dim * (new * prior + new * (new + 1) / 2.0)
-    kv_bytes = (prior + new) * model.kv_bytes_per_token_per_layer(tp)
-    t_comp = flops / (gpu.peak_flops * eff.attn_prefill_comp)
-    t_mem = kv_bytes / (gpu.mem_bw_bytes_s * eff.attn_prefill_mem)
-    return eff.attn_prefill_req_s + math.sqrt(t_comp * t_comp + t_mem * t_mem)
-
-
-# FlashAttention-2's query tile (kBlockM) for head_dim <= 128 on sm80+: one CTA computes 128 query
-# rows, so a 1-token decode query is padded to a full tile.
-ATTN_TILE_M = 128
-
-
-def attention_m_blocks(max_new_tokens: Num) -> Num:
-    """Query tiles per (sequence, head) in a varlen launch: `ceil(max_seqlen_q / 128)`."""
-    return np.ceil(max_new_tokens / ATTN_TILE_M)
+    waves = float(math.ceil(float(math.ceil(new / tile_m)) * heads / gpu.num_sms))
+    keys = prior + min(new, (new + tile_m) / 2.0)
+    cta = eff.attn_cta_s + keys * _tile_tok_s(model, gpu, eff.attn_prefill_comp, tile_m)
+    return eff.attn_prefill_req_s + waves * cta
 
 
 def mixed_attention_time(
@@ -156,7 +180,10 @@ def mixed_attention_time(
     - DRAM: unique decode KV bytes `U = K*ctx*2*hd*d`, re-read by the `G-1` sibling query heads
       of each KV head except for the hit fraction `h` = `attn_l2_reuse` x the larger of
       (a) same-wave sharing `1 - seqs/SMs` (fading once `U` passes `attn_kv_reach_bytes`) and
-      (b) L2 persistence `min(1, L2 / one head's pass)^2`.
+      (b) L2 persistence `min(1, attn_l2_frac * L2 / one head's pass)^2` (only part of the L2
+      keeps a pass: the profiles lose the sibling hits from about 0.8 x L2, not at 1 x L2);
+      the prefill chunks' own time `prefill_s` adds to this bound too (their CTAs hold SMs the
+      streaming decodes then lack: without it the model missed large chunks by -10..-15 %).
 
     `decode_ctx` is the decodes' total context; `num_decode` may be 0 (prefill only).
 
@@ -174,7 +201,7 @@ def mixed_attention_time(
     kv_head_tok = 2.0 * model.head_dim * model.dtype_bytes  # K + V bytes, one token, one KV head
     has_dec = num_decode > 0
     mean_ctx = np.where(has_dec, decode_ctx / np.maximum(num_decode, 1.0), 0.0)
-    tile_tok_s = 4.0 * ATTN_TILE_M * model.head_dim * sms / (gpu.peak_flops * eff.attn_tile_comp)
+    tile_tok_s = _tile_tok_s(model, gpu, eff.attn_tile_comp, attention_tile_m(gpu))
     waves = np.ceil(num_decode * heads / sms)
     t_sched = (
         waves * (eff.attn_cta_s + mean_ctx * tile_tok_s)
@@ -186,14 +213,14 @@ def mixed_attention_time(
     same_wave = np.clip(1.0 - (num_decode + 1.0) / sms, 0.0, 1.0) / (
         1.0 + (unique / eff.attn_kv_reach_bytes) ** 4
     )
-    in_l2 = np.minimum(1.0, gpu.l2_bytes / one_pass) ** 2
+    in_l2 = np.minimum(1.0, eff.attn_l2_frac * gpu.l2_bytes / one_pass) ** 2
     hit = min(eff.attn_l2_reuse, 1.0) * np.maximum(same_wave, in_l2)
     t_dram = (
         unique
         * (1.0 + (group - 1.0) * (1.0 - hit))
         / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
     )
-    return np.maximum(t_sched, t_dram)
+    return np.maximum(t_sched, t_dram + prefill_s)
 
 
 def mixed_attention_time_scalar(
@@ -214,7 +241,7 @@ def mixed_attention_time_scalar(
     sms = float(gpu.num_sms)
     kv_head_tok = 2.0 * model.head_dim * model.dtype_bytes
     mean_ctx = decode_ctx / max(num_decode, 1.0) if num_decode > 0 else 0.0
-    tile_tok_s = 4.0 * ATTN_TILE_M * model.head_dim * sms / (gpu.peak_flops * eff.attn_tile_comp)
+    tile_tok_s = _tile_tok_s(model, gpu, eff.attn_tile_comp, attention_tile_m(gpu))
     waves = float(math.ceil(num_decode * heads / sms))
     t_sched = (
         waves * (eff.attn_cta_s + mean_ctx * tile_tok_s)
@@ -225,14 +252,14 @@ def mixed_attention_time_scalar(
     one_pass = max(decode_ctx * kv_head_tok, 1.0)
     reach = unique / eff.attn_kv_reach_bytes
     same_wave = min(max(1.0 - (num_decode + 1.0) / sms, 0.0), 1.0) / (1.0 + reach**4)
-    in_l2 = min(1.0, gpu.l2_bytes / one_pass) ** 2
+    in_l2 = min(1.0, eff.attn_l2_frac * gpu.l2_bytes / one_pass) ** 2
     hit = min(eff.attn_l2_reuse, 1.0) * max(same_wave, in_l2)
     t_dram = (
         unique
         * (1.0 + (group - 1.0) * (1.0 - hit))
         / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
     )
-    return max(t_sched, t_dram)
+    return max(t_sched, t_dram + prefill_s)
 
 
 def sampler_time(num_seqs: Num, model: ModelSpec, gpu: GpuSpec, eff: DeviceEfficiency) -> Num:

@@ -31,9 +31,9 @@ from maserve_prefect.engine.catalog.gpus import GpuSpec
 from maserve_prefect.engine.catalog.models import ModelSpec, get_model
 from maserve_prefect.engine.sim.cost import DecodeAffine, ScheduledChunk, StepCost
 from maserve_prefect.engine.sim.roofline import (
-    ATTN_TILE_M,
     VLLM_LAYER_ELEMENTWISE,
     allreduce_time,
+    attention_tile_m,
     decode_attention_per_token_s,
     elementwise_bytes_per_token,
     elementwise_time,
@@ -69,6 +69,7 @@ class RooflineStepModel:
         "_lm_head",
         "_overhead_cache",
         "_single_cache",
+        "_tile_m",
         "eff",
         "gpu",
         "model",
@@ -99,6 +100,7 @@ class RooflineStepModel:
         )
         kv_tok = model.kv_bytes_per_token_per_layer(tp)
         self._kv_tok_s = decode_attention_per_token_s(kv_tok, gpu, efficiency)
+        self._tile_m = attention_tile_m(gpu)
         self._affine_cache: dict[int, DecodeAffine] = {}
         # the parts are pure functions of small ints that recur from step to step
         self._linear_cache: dict[int, float] = {}
@@ -206,9 +208,10 @@ class RooflineStepModel:
         prefill_s: float,
     ) -> float:
         """One layer's varlen attention call for a step that holds a prefill chunk."""
-        # query tiles `ceil(new / 128)` (`attention_m_blocks`), as exact floats
-        blocks = float(-(-max_new // ATTN_TILE_M))
-        own_blocks = float(sum(-(-c.num_new_tokens // ATTN_TILE_M) for c in chunks))
+        # query tiles `ceil(new / tile_m)` (`attention_m_blocks`), as exact floats
+        tile_m = self._tile_m
+        blocks = float(-(-max_new // tile_m))
+        own_blocks = float(sum(-(-c.num_new_tokens // tile_m) for c in chunks))
         heads = self.model.num_attention_heads / self.tp
         empty = heads * (blocks * len(chunks) - own_blocks)
         return float(
