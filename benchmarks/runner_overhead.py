@@ -22,6 +22,14 @@ Pre-submission latency = time from an op becoming ready (its last upstream futur
 submission for an op without upstream) to its body's first line, measured identically in both
 arms: a done-callback on every future stamps its done time and each body stamps its start.
 
+Garbage-collector pauses are reported per arm (reporting only; the method is unchanged): the
+time this process spent in cyclic-GC passes during the flow body, and how many of them were full
+(oldest-generation) passes. A full pass walks every tracked object of the process (Prefect's and
+pydantic's included) and costs a few hundred ms here — more than a whole 200-task flow body's
+difference between the arms — and it lands on whichever flow crosses the collector's threshold,
+so a median over few repetitions can move by a full pass. The ``excl. GC`` column subtracts the
+pauses from the wall time, for reading, not for the verdict.
+
 Run (a local Prefect server is started unless ``PREFECT_API_URL`` is set)::
 
     .venv/bin/python benchmarks/runner_overhead.py --reps 5 --workers 8 --ledger
@@ -30,6 +38,7 @@ Run (a local Prefect server is started unless ``PREFECT_API_URL`` is set)::
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -63,6 +72,34 @@ DIAMOND_WIDTH = 20
 _STARTS: dict[int, float] = {}
 
 
+class _GCPauses:
+    """Time spent in cyclic-GC passes while measuring (a `gc.callbacks` hook; any thread)."""
+
+    def __init__(self) -> None:
+        self.measuring = False
+        self.pause_s = 0.0
+        self.num_full = 0
+        self._began: dict[int, float] = {}
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if not self.measuring:
+            return
+        if phase == "start":
+            self._began[info["generation"]] = time.perf_counter()
+            return
+        began = self._began.pop(info["generation"], None)
+        if began is not None:
+            self.pause_s += time.perf_counter() - began
+        if info["generation"] == 2:
+            self.num_full += 1
+
+    def reset(self) -> None:
+        self.pause_s, self.num_full = 0.0, 0
+
+
+_GC = _GCPauses()
+
+
 @task(persist_result=False, cache_policy=NO_CACHE)
 def noop(k: int, deps: tuple[Any, ...] = ()) -> int:
     """A trivial task body that stamps when it started."""
@@ -80,10 +117,16 @@ class Sample:
     cpu_s: float
     num_tasks: int
     latencies_s: list[float] = field(default_factory=list)
+    gc_s: float = 0.0
+    num_full_gc: int = 0
 
     @property
     def per_task_ms(self) -> float:
         return 1e3 * self.body_s / self.num_tasks
+
+    @property
+    def gc_per_task_ms(self) -> float:
+        return 1e3 * self.gc_s / self.num_tasks
 
     @property
     def cpu_per_task_ms(self) -> float:
@@ -124,6 +167,8 @@ def _body(shape: str, n: int) -> Callable[[], tuple[float, float, list[float]]]:
 
             return cb
 
+        _GC.reset()
+        _GC.measuring = True
         t0, c0 = time.perf_counter(), time.process_time()
         futs: list[PrefectFuture[Any]] = []
         for k in range(n):
@@ -134,6 +179,7 @@ def _body(shape: str, n: int) -> Callable[[], tuple[float, float, list[float]]]:
         for fut in futs:
             fut.wait()
         body_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        _GC.measuring = False
         for fut in futs:
             if not fut.state.is_completed():
                 raise RuntimeError(f"a benchmark task did not complete: {fut.state}")
@@ -173,6 +219,9 @@ def _arm(name: str, workers: int, ledger_dir: str) -> Iterator[TaskRunner[Any]]:
 def _measure(arm: str, shape: str, n: int, workers: int, ledger_dir: str) -> Sample:
     body = _body(shape, n)
     box: list[tuple[float, float, list[float]]] = []
+    # Start every measured flow from the same collector state (both arms): otherwise a full
+    # pass triggered by the *previous* flow's garbage lands on whichever arm runs next.
+    gc.collect()
     with _arm(arm, workers, ledger_dir) as runner:
 
         def fn() -> None:
@@ -181,7 +230,7 @@ def _measure(arm: str, shape: str, n: int, workers: int, ledger_dir: str) -> Sam
         fl = flow(name=f"bench-{shape}", task_runner=runner, persist_result=False)(fn)
         fl()
     body_s, cpu_s, lat = box[0]
-    return Sample(arm, shape, body_s, cpu_s, n, lat)
+    return Sample(arm, shape, body_s, cpu_s, n, lat, _GC.pause_s, _GC.num_full)
 
 
 def _fmt_range(xs: list[float]) -> str:
@@ -204,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         arms = [a.strip() for a in args.only.split(",") if a.strip()]
 
+    gc.callbacks.append(_GC)
     with ExitStack() as stack:
+        stack.callback(gc.callbacks.remove, _GC)
         if not os.environ.get("PREFECT_API_URL"):
             from prefect.testing.utilities import prefect_test_harness
 
@@ -231,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'shape':8} {'arm':15} {'wall ms/task':>24} {'ratio':>6} {'cpu ms/task':>12} "
-        f"{'ratio':>6} {'pre-sub p50 ms':>15} {'p95 ms':>8}"
+        f"{'ratio':>6} {'pre-sub p50 ms':>15} {'p95 ms':>8} {'GC ms/task':>11} {'full GCs':>9} "
+        f"{'excl. GC':>9} {'ratio':>6}"
     )
     ratios: list[float] = []
     cpu_ratios: list[float] = []
@@ -239,6 +291,11 @@ def main(argv: list[str] | None = None) -> int:
         base = [s for s in samples if s.shape == shape and s.arm == "threadpool"]
         base_wall = statistics.median([s.per_task_ms for s in base]) if base else float("nan")
         base_cpu = statistics.median([s.cpu_per_task_ms for s in base]) if base else float("nan")
+        base_net = (
+            statistics.median([s.per_task_ms - s.gc_per_task_ms for s in base])
+            if base
+            else float("nan")
+        )
         for arm in arms:
             mine = [s for s in samples if s.shape == shape and s.arm == arm]
             per = [s.per_task_ms for s in mine]
@@ -249,9 +306,13 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_ratios.append(cpu_ratio)
             lat_ms = 1e3 * np.concatenate([np.asarray(s.latencies_s) for s in mine])
             p50, p95 = np.percentile(lat_ms, [50, 95])
+            gc_ms = statistics.median([s.gc_per_task_ms for s in mine])
+            num_full = sum(s.num_full_gc for s in mine)
+            net = statistics.median([s.per_task_ms - s.gc_per_task_ms for s in mine])
             print(
                 f"{shape:8} {arm:15} {_fmt_range(per):>24} {ratio:6.2f} {cpu:12.2f} "
-                f"{cpu_ratio:6.2f} {p50:15.2f} {p95:8.2f}"
+                f"{cpu_ratio:6.2f} {p50:15.2f} {p95:8.2f} {gc_ms:11.2f} "
+                f"{f'{num_full}/{len(mine)}':>9} {net:9.2f} {net / base_net:6.2f}"
             )
     worst = max(ratios, default=float("nan"))
     verdict = "meets" if worst <= 1.1 else "misses"

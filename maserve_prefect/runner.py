@@ -90,15 +90,17 @@ class _Node:
     parameters: dict[str, Any]
     wait_for: list[PrefectFuture[Any]] | None
     dependencies: dict[str, set[Any]] | None
-    context: Context
+    context: Context | None
     future: MAServeFuture
     flow_run_id: str | None
     remote: bool
     downstream: list[_Node] = field(default_factory=list)
     upstream: list[_Node] = field(default_factory=list)
+    waiters: list[_Node] | None = None  # downstream nodes to release when this one resolves
     num_pending: int = 0
     started: bool = False
     done: bool = False
+    resolved: bool = False  # its future holds the final state (set after `done`)
     near_ready_sent: bool = False  # near-ready (or, for a model op, known) was reported
     model: bool = False  # a model op
     see_through: bool = False  # a maserve non-model op: model near-ready looks through it
@@ -149,6 +151,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         self._nodes: list[_Node] = []
         self._lock = threading.Lock()
         self._admitted_flow_thread = False
+        self._flow_run: tuple[Any, str | None] = (None, None)  # (flow run id, its str) memo
 
     @property
     def inner(self) -> TaskRunner[Any] | None:
@@ -217,7 +220,23 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
                 if self._executor is not None:
                     self._executor.shutdown(wait=True)
                     self._executor = None
+                self._drop_graph()
                 super().__exit__(exc_type, exc_value, traceback)
+
+    def _drop_graph(self) -> None:
+        """Forget this run's op graph and harness once every op finished: futures and nodes
+        point at each other, and without this the graph (parameters, records) would wait for a
+        full garbage-collector pass instead of being freed with the flow's futures. An op still
+        running (the flow was interrupted) keeps everything it needs to record itself."""
+        with self._lock:
+            if not all(n.done for n in self._nodes):
+                return
+            nodes, self._nodes = self._nodes, []
+            self._harness = None  # the run book is the harness's to keep, not this runner's
+        for node in nodes:
+            node.future._node = None
+            node.upstream = []
+            node.downstream = []
 
     def _wait_all(self) -> None:
         """Every submitted op finishes before the flow run ends (a complete trace)."""
@@ -244,46 +263,69 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             op_id = harness.new_op_id(s)
         else:
             op_id = f"{s.root_id}/{s.stage_id}/{task.name}/{task_run_id.hex[:8]}"
-        named = copy.copy(task)
-        named.task_run_name = op_id.replace("{", "{{").replace("}", "}}")  # Prefect formats it
-        flow_ctx = FlowRunContext.get()
-        kind = op_kind_of(task)
+        marker = getattr(getattr(task, "fn", None), OP_KIND_ATTR, None)
+        kind = marker if isinstance(marker, OpKind) else OpKind.TRANSFORM  # as `op_kind_of`
+        if remote:
+            params, found = parameters, _futures_in(parameters)
+        else:
+            params, found = _scan_parameters(parameters)
         node = _Node(
             task_run_id=task_run_id,
             op=OpRun(op_id=op_id, scope=s, kind=kind, task_name=task.name),
-            task=named,
-            parameters=parameters if remote else _quote_plain(parameters),
+            task=_named(task, op_id),
+            parameters=params,
             wait_for=list(wait_for) if wait_for else None,
             dependencies=dependencies,
             context=copy_context(),
             future=MAServeFuture(task_run_id, concurrent.futures.Future(), self, op_id),
-            flow_run_id=str(flow_ctx.flow_run.id) if flow_ctx and flow_ctx.flow_run else None,
+            flow_run_id=self._flow_run_id(),
             remote=remote,
             model=kind is OpKind.MODEL,
-            see_through=kind is not OpKind.MODEL
-            and getattr(getattr(task, "fn", None), OP_KIND_ATTR, None) is not None,
+            see_through=kind is not OpKind.MODEL and marker is not None,
         )
         node.future._node = node
 
-        upstream: list[tuple[PrefectFuture[Any], EdgeKind]] = [
-            (f, EdgeKind.DATA) for f in _futures_in(parameters)
-        ]
+        upstream: list[tuple[PrefectFuture[Any], EdgeKind]] = [(f, EdgeKind.DATA) for f in found]
         upstream.extend((f, EdgeKind.CONTROL) for f in (node.wait_for or ()))
+        # An upstream op of this runner releases the node itself when it resolves (`_complete`);
+        # only other futures get a done-callback (each callback Prefect hangs on a future lives
+        # as long as the future does).
+        foreign: list[PrefectFuture[Any]] = []
         with self._lock:
             self._nodes.append(node)
+            num_waiting = 0
             for fut, edge in upstream:
                 up = fut._node if isinstance(fut, MAServeFuture) and fut._runner is self else None
-                if up is not None:
-                    node.op.add_dep(up.op.op_id, edge)
-                    if up not in node.upstream:
-                        node.upstream.append(up)
-                        up.downstream.append(node)
-            waiting = [f for f, _ in upstream if not future_done(f)]
-            node.num_pending = len(waiting) + 1  # +1 released below, after callbacks are hung
-        for f in waiting:
+                if up is None:
+                    if not future_done(fut):
+                        foreign.append(fut)
+                    continue
+                node.op.add_dep(up.op.op_id, edge)
+                if up not in node.upstream:
+                    node.upstream.append(up)
+                    up.downstream.append(node)
+                    if not up.resolved:
+                        if up.waiters is None:
+                            up.waiters = []
+                        up.waiters.append(node)
+                        num_waiting += 1
+            # +1 released below, after callbacks are hung
+            node.num_pending = num_waiting + len(foreign) + 1
+        for f in foreign:
             f.add_done_callback(self._upstream_callback(node))
         self._upstream_done(node)
         return node.future
+
+    def _flow_run_id(self) -> str | None:
+        """The id of the flow run submitting (as text, formatted once per flow run)."""
+        ctx = FlowRunContext.get()
+        run = ctx.flow_run if ctx is not None else None
+        if run is None:
+            return None
+        uid, text = self._flow_run
+        if uid != run.id:
+            uid, text = self._flow_run = (run.id, str(run.id))
+        return text
 
     def _check_remote(self, task: Any, harness: Harness | None) -> bool:
         """Whether `task` goes to the inner runner; a clear error for ops that cannot."""
@@ -377,13 +419,22 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             node.op.ready_s = harness.gate.now()
             if node.model and not node.near_ready_sent:
                 self._report_known(node)
+        assert node.context is not None
         if node.remote:
             node.context.run(self._submit_inner, node)
             return
         assert self._executor is not None
-        self._executor.submit(node.context.run, self._run, node)
+        try:
+            self._executor.submit(node.context.run, self._run, node)
+        except Exception as exc:  # e.g. the executor was shut down under it
+            msg = f"op {node.op.op_id}: could not be started on a worker thread: {exc}"
+            self._complete(node, Failed(message=msg), node.task_run_id)
 
     def _mark_started(self, node: _Node) -> None:
+        harness = self._harness
+        if harness is None or harness.dispatcher is None:
+            node.started = True  # only near-ready reporting reads it, and it needs a dispatcher
+            return
         with self._lock:
             node.started = True
             downstream = list(node.downstream)
@@ -401,7 +452,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         state: Any = None
         try:
             self._mark_started(node)
-            with running(node.op), _bind(harness):
+            with running(node.op), bound(harness) if harness is not None else _NO_HARNESS:
                 state = run_task_sync(
                     task=node.task,
                     task_run_id=node.task_run_id,
@@ -449,7 +500,15 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         finally:
             with self._lock:
                 node.done = True
-            node.future.wrapped_future.set_result(state)  # releases downstream (admits) first
+                # What only running the op needed; the node stays for the graph's bookkeeping.
+                node.parameters, node.context, node.task = _RELEASED, None, None
+                node.wait_for = node.dependencies = None
+            node.future.wrapped_future.set_result(state)
+            with self._lock:
+                node.resolved = True
+                waiters, node.waiters = node.waiters, None
+            for d in waiters or ():
+                self._upstream_done(d)  # released (admitted) before this op leaves the gate
             if harness is not None:
                 harness.gate.leave()
 
@@ -514,42 +573,86 @@ def _param(node: _Node, name: str) -> Any:
     return value.unquote() if isinstance(value, quote) else value
 
 
-def _bind(harness: Harness | None) -> contextlib.AbstractContextManager[Any]:
-    return bound(harness) if harness is not None else contextlib.nullcontext()
+_NO_HARNESS = contextlib.nullcontext()
+_RELEASED: dict[str, Any] = {}  # a finished node's parameters (never written to)
+_ATOMS = frozenset({str, bytes, int, float, bool, type(None)})
+_PLAIN_COPY: dict[type, bool] = {}
 
 
-def _holds_future(value: Any) -> bool:
-    if isinstance(value, PrefectFuture):
-        return True
-    if isinstance(value, list | tuple | set | frozenset):
-        return any(_holds_future(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_future(v) for v in value.values())
-    return False
+def _named(task: Any, op_id: str) -> Any:
+    """A shallow copy of `task` whose task runs are named `op_id`.
 
-
-def _quote_plain(parameters: dict[str, Any]) -> dict[str, Any]:
-    """Parameters with every future-free value wrapped in `quote`.
-
-    Prefect derives a task run's inputs from its parameters, and besides futures it links any
-    value it has seen returned by a task, matched by object identity — interned strings and
-    reused objects make false data edges. Quoting what holds no future makes Prefect record
-    exactly the futures, the same edges the ledger records; Prefect unwraps quotes before the
-    task runs, so the task sees its values unchanged.
+    Prefect formats `task_run_name` with the parameters, so braces are escaped. A plain copy of
+    the instance dict when the class copies like a plain object (Prefect's `Task` does), which is
+    what `copy.copy` would do by way of `__reduce_ex__`, at a fraction of its cost.
     """
-    return {k: _quote_value(v) for k, v in parameters.items()}
+    cls: Any = type(task)
+    plain = _PLAIN_COPY.get(cls)
+    if plain is None:
+        plain = _PLAIN_COPY[cls] = (
+            cls.__reduce_ex__ is object.__reduce_ex__
+            and getattr(cls, "__getstate__", object.__getstate__) is object.__getstate__
+            and not hasattr(cls, "__copy__")
+            and not hasattr(cls, "__setstate__")
+            and not any(c.__dict__.get("__slots__") for c in cls.__mro__)
+            and isinstance(getattr(task, "__dict__", None), dict)
+        )
+    if plain:
+        named = cls.__new__(cls)
+        named.__dict__.update(task.__dict__)
+    else:
+        named = copy.copy(task)
+    named.task_run_name = op_id.replace("{", "{{").replace("}", "}}")
+    return named
 
 
-def _quote_value(value: Any) -> Any:
+def _scan_parameters(parameters: dict[str, Any]) -> tuple[dict[str, Any], list[PrefectFuture[Any]]]:
+    """One walk over submitted parameters: (parameters with every future-free value wrapped in
+    `quote`, every future inside them in traversal order).
+
+    Why quote: Prefect derives a task run's inputs from its parameters, and besides futures it
+    links any value it has seen returned by a task, matched by object identity — interned
+    strings and reused objects make false data edges. Quoting what holds no future makes Prefect
+    record exactly the futures, the same edges the ledger records; Prefect unwraps quotes before
+    the task runs, so the task sees its values unchanged. Futures are looked for where Prefect
+    looks (lists, tuples, sets, dicts, dataclasses, pydantic models); values are rebuilt only
+    through lists, tuples and dicts — a set, dataclass or model is passed as it is (a set that
+    holds a future) or quoted whole.
+
+    Examples:
+        >>> from prefect.utilities.annotations import quote
+        >>> params, futures = _scan_parameters({"x": 1, "xs": [2, "a"]})
+        >>> params == {"x": quote(1), "xs": quote([2, "a"])}, futures
+        (True, [])
+    """
+    found: list[PrefectFuture[Any]] = []
+    return {k: _scan(v, found)[0] for k, v in parameters.items()}, found
+
+
+def _scan(value: Any, found: list[PrefectFuture[Any]]) -> tuple[Any, bool]:
+    """`value` quoted where it holds no future, and whether it holds one (see above)."""
+    if type(value) in _ATOMS:  # the common case first
+        return quote(value), False
     if isinstance(value, PrefectFuture):
-        return value
-    if not _holds_future(value):
-        return quote(value)
+        found.append(value)
+        return value, True
     if isinstance(value, list | tuple):
-        return type(value)(_quote_value(v) for v in value)
+        parts = [_scan(v, found) for v in value]
+        if any(holds for _, holds in parts):
+            return type(value)(q for q, _ in parts), True
+        return quote(value), False
     if isinstance(value, dict):
-        return {k: _quote_value(v) for k, v in value.items()}
-    return value
+        items = {k: _scan(v, found) for k, v in value.items()}
+        if any(holds for _, holds in items.values()):
+            return {k: q for k, (q, _) in items.items()}, True
+        return quote(value), False
+    if isinstance(value, set | frozenset):
+        holds = False
+        for v in value:
+            holds = _scan(v, found)[1] or holds
+        return (value, True) if holds else (quote(value), False)
+    found.extend(_futures_in(value))  # dataclasses and models: their futures are edges
+    return quote(value), False
 
 
 def _futures_in(value: Any) -> list[PrefectFuture[Any]]:

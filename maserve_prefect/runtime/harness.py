@@ -97,6 +97,11 @@ class Harness:
         self._lock = threading.Lock()
         self._recorded: set[str] = set()
         self._recorded_cv = threading.Condition()
+        self._num_waiting = 0  # finishers waiting in `_recorded_cv` for a predecessor
+        # Per-op bookkeeping kept cheap (the runner calls these for every op): a scope's qualified
+        # form is computed once, and a scope already recorded is recognized without the lock.
+        self._qualified: dict[Scope, Scope] = {}
+        self._seen_scopes: set[Scope] = set()
         self.key = f"h{next(_KEYS)}"
         if ledger is not None:
             ledger.begin_run(manifest)
@@ -133,9 +138,18 @@ class Harness:
         )
         return replace(s, stage_id=q_stage, session_id=q_session)
 
+    def qualified(self, s: Scope) -> Scope:
+        """`qualify(s)`, memoized per scope (scopes are frozen and few; ops are many)."""
+        q = self._qualified.get(s)
+        if q is None:
+            q = self._qualified[s] = self.qualify(s)
+        return q
+
     def see_scope(self, s: Scope) -> None:
         """Record the root / stage / session of a scope the first time it is seen."""
-        q = self.qualify(s)
+        if s in self._seen_scopes:  # a set lookup is atomic; the set only grows
+            return
+        q = self.qualified(s)
         with self._lock:
             if q.root_id not in self.book.roots:
                 root = RootRecord(root_id=q.root_id, workflow=q.workflow, arrival_s=self.gate.now())
@@ -160,6 +174,7 @@ class Harness:
                 self.book.sessions[q.session_id] = session
                 if self.ledger is not None:
                     self.ledger.add_session(self.trace_id, session)
+            self._seen_scopes.add(s)
 
     def new_op_id(self, s: Scope) -> str:
         """`{session or stage}/n` over the qualified ids, n counting that session's ops.
@@ -167,7 +182,7 @@ class Harness:
         A session's ops are submitted by one thread in program order, so n — and the id — is
         reproducible even when branches of one root submit from several threads.
         """
-        q = self.qualify(s)
+        q = self.qualified(s)
         prefix = q.session_id or q.stage_id
         return f"{prefix}/{self.counter.next(prefix)}"
 
@@ -209,13 +224,23 @@ class Harness:
         instant as the write it read, on another thread, so this waits (briefly, in wall time)
         for every dep to be recorded — the ledger refuses dangling deps.
         """
-        q = self.qualify(op.scope)
-        record = op.to_record().model_copy(
-            update={"stage_id": q.stage_id, "session_id": q.session_id}
+        q = self.qualified(op.scope)
+        # Built and validated once, with the qualified ids and its final attempt number.
+        record = op.to_record(
+            stage_id=q.stage_id, session_id=q.session_id, attempt=len(op.failed_attempts) + 1
         )
         deps = {d.op_id for d in record.deps}
-        with self._recorded_cv:
-            if not self._recorded_cv.wait_for(lambda: deps <= self._recorded, timeout=60):
+        # `<=` on two sets is one atomic step under the GIL, and `_recorded` only grows: when it
+        # holds already (nearly always: a successor is released after its predecessors finish),
+        # nobody needs to wait or be woken.
+        if not deps <= self._recorded:
+            with self._recorded_cv:
+                self._num_waiting += 1
+                try:
+                    ok = self._recorded_cv.wait_for(lambda: deps <= self._recorded, timeout=60)
+                finally:
+                    self._num_waiting -= 1
+            if not ok:
                 missing = sorted(deps - self._recorded)
                 raise ConfigError(
                     f"op {record.op_id}: predecessors {missing} were never recorded; "
@@ -238,7 +263,7 @@ class Harness:
             )
             for i, (start_s, end_s, error) in enumerate(op.failed_attempts, 1)
         ]
-        records.append(record.model_copy(update={"attempt": len(op.failed_attempts) + 1}))
+        records.append(record)
         for rec in records:
             if self.ledger is not None:
                 self.ledger.append_op(self.trace_id, rec, prefect=(flow_run_id, task_run_id))
@@ -247,7 +272,8 @@ class Harness:
                 self.book.task_runs[rec.op_id] = task_run_id
         with self._recorded_cv:
             self._recorded.add(record.op_id)
-            self._recorded_cv.notify_all()
+            if self._num_waiting:
+                self._recorded_cv.notify_all()
         return record
 
     def call_model(
@@ -325,14 +351,26 @@ def current_harness() -> Harness:
     return h
 
 
-@contextlib.contextmanager
-def bound(h: Harness) -> Iterator[Harness]:
-    """Bind `h` as the current harness of the calling thread for the block."""
-    token = _CURRENT.set(h)
-    try:
-        yield h
-    finally:
-        _CURRENT.reset(token)
+class bound:
+    """Bind `h` as the current harness of the calling thread for the block.
+
+    A small class rather than a generator context manager: the runner enters one per op.
+    """
+
+    __slots__ = ("_harness", "_token")
+
+    def __init__(self, h: Harness) -> None:
+        self._harness = h
+        self._token: contextvars.Token[Harness | None] | None = None
+
+    def __enter__(self) -> Harness:
+        self._token = _CURRENT.set(self._harness)
+        return self._harness
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _CURRENT.reset(self._token)
+        self._token = None
 
 
 _HARNESSES: dict[str, Harness] = {}

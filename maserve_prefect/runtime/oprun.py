@@ -78,14 +78,34 @@ def current_op() -> OpRun | None:
     return _CURRENT_OP.get()
 
 
-@contextlib.contextmanager
-def running(op: OpRun) -> Iterator[OpRun]:
-    """Make `op` the current op for the block (the runner wraps each op's execution in it)."""
-    token = _CURRENT_OP.set(op)
-    try:
-        yield op
-    finally:
-        _CURRENT_OP.reset(token)
+class running:
+    """Make `op` the current op for the block (the runner wraps each op's execution in it).
+
+    A small class rather than a generator context manager: the runner enters one per op.
+
+    Examples:
+        >>> op = OpRun(op_id="r/main/0", scope=Scope(), kind=OpKind.TRANSFORM, task_name="t")
+        >>> with running(op):
+        ...     current_op() is op
+        True
+        >>> current_op() is None
+        True
+    """
+
+    __slots__ = ("_op", "_token")
+
+    def __init__(self, op: OpRun) -> None:
+        self._op = op
+        self._token: contextvars.Token[OpRun | None] | None = None
+
+    def __enter__(self) -> OpRun:
+        self._token = _CURRENT_OP.set(self._op)
+        return self._op
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _CURRENT_OP.reset(self._token)
+        self._token = None
 
 
 class OpCounter:
@@ -138,13 +158,26 @@ class OpRun:
         if op_id != self.op_id and all(d.op_id != op_id or d.kind != kind for d in self.deps):
             self.deps.append(Dep(op_id=op_id, kind=kind, required=required))
 
-    def to_record(self) -> OpRecord:
+    def to_record(
+        self,
+        *,
+        stage_id: str | None = None,
+        session_id: str | None = None,
+        attempt: int | None = None,
+    ) -> OpRecord:
+        """The frozen, validated record of this op.
+
+        Args:
+            stage_id / session_id: ids to record instead of the scope's (the harness passes the
+                trace-unique qualified ids, so the record is built and validated once).
+            attempt: attempt number to record instead of `self.attempt`.
+        """
         s = self.scope
         return OpRecord(
             op_id=self.op_id,
             root_id=s.root_id,
-            stage_id=s.stage_id,
-            session_id=s.session_id,
+            stage_id=s.stage_id if stage_id is None else stage_id,
+            session_id=s.session_id if session_id is None else session_id,
             kind=self.kind,
             role=s.role,
             iteration=s.iteration,
@@ -167,7 +200,7 @@ class OpRun:
                 first_token_s=self.first_token_s,
                 completed_s=self.completed_s,
             ),
-            attempt=self.attempt,
+            attempt=self.attempt if attempt is None else attempt,
             status=self.status,
             error=self.error,
         )
