@@ -18,7 +18,10 @@ Victim order for a reclaim (only lease-free, idle replicas are candidates): redu
 first (the deployment has another replica), then replicas with no predicted next use (least
 recently used first), then by how far the next use lies beyond the reload cost (most slack first).
 A prefetch (speculative) may only reclaim redundant copies and replicas whose predicted next use
-comes after the prefetched work plus their reload (`prefetch_victims`).
+comes after the prefetched work plus their reload (`prefetch_victims`). What a reclaim costs the
+victims' own work — each of their units still to start waits at least for a reload —
+is `victim_delay_s`. A load may also wait for unloads already under way (`await_unloads`):
+they end within one unload time, no later than a reclaim decided now, and take no victim.
 
 Examples:
     >>> a = WorkUnit("a", "r", "m", 10, 5, succs=("b",))
@@ -256,6 +259,10 @@ class MemoryLedger:
         """Whether `nbytes` more from `start_s` on keeps every later transition within capacity."""
         return self.headroom(device, start_s, trusted) >= nbytes
 
+    def releases(self, device: str, from_s: float) -> list[tuple[float, str]]:
+        """(time, tag) of the releases on `device` at or after `from_s`, in time order."""
+        return [(at, tag) for at, _, tag in self._rels[device] if at >= from_s]
+
 
 # ---------------------------------------------------------------------------------------------
 # lifecycle alternatives
@@ -284,6 +291,8 @@ class LifecycleOption:
         start_s / ready_s: predicted load start and end.
         overhead_s: lifecycle cost: the load plus the reload time of victims with a known
             next use.
+        after: unloads already under way (not victims of this option) that the load waits for:
+            it starts when their memory is back (`start_s`).
     """
 
     kind: OptionKind
@@ -295,12 +304,15 @@ class LifecycleOption:
     ready_s: float
     footprint_bytes: int
     overhead_s: float
+    after: tuple[str, ...] = ()
 
     def decisions(self, units: tuple[str, ...]) -> tuple[tuple[Unload, ...], Load]:
-        """The unloads and the load this option commits to (the load waits for the unloads)."""
+        """The unloads and the load this option commits to (the load waits for the unloads,
+        its own victims' and those under way that it counts on)."""
         names = tuple(v.name for v in self.victims)
         unloads = tuple(Unload(n, self.deployment) for n in names)
-        return unloads, Load(self.deployment, self.device, names, self.kind.prefetch, units)
+        wait = names + tuple(n for n in self.after if n not in names)
+        return unloads, Load(self.deployment, self.device, wait, self.kind.prefetch, units)
 
     def commit(self, ledger: MemoryLedger) -> None:
         """Write this option's unloads and load into `ledger`."""
@@ -309,7 +321,9 @@ class LifecycleOption:
         ledger.add(self.device, self.start_s, self.footprint_bytes)
 
 
-def _redundant(state: PoolState, r: ReplicaInfo, leaving: set[str]) -> bool:
+def is_redundant(state: PoolState, r: ReplicaInfo, leaving: set[str]) -> bool:
+    """Whether another replica of `r`'s deployment (not in `leaving`, not unloading) exists or a
+    load of it is planned: reclaiming `r` leaves its work a copy."""
     for o in state.replicas:
         if o.deployment == r.deployment and o.name != r.name and o.name not in leaving:
             if o.phase is not ReplicaPhase.UNLOADING:
@@ -330,7 +344,7 @@ def victim_order(
     now = state.now_s
 
     def key(r: ReplicaInfo) -> tuple[int, int, float, float, str]:
-        if _redundant(state, r, skip):
+        if is_redundant(state, r, skip):
             return (0, 0, 0.0, r.last_used_s, r.name)
         use = next_use_s.get(r.deployment)
         if use is None:
@@ -362,7 +376,7 @@ def prefetch_victims(
     for r in victim_order(state, device, next_use_s, costs, skip):
         use = next_use_s.get(r.deployment)
         reload = costs.load_s(state.deployment(r.deployment).model, gpu)
-        if _redundant(state, r, skip) or (use is not None and use >= release_s + reload):
+        if is_redundant(state, r, skip) or (use is not None and use >= release_s + reload):
             out.append(r)
     return out
 
@@ -376,9 +390,56 @@ def reload_overhead_s(
     """Reload time of victims that will be needed again (and have no other copy)."""
     total = 0.0
     for v in victims:
-        if v.deployment in next_use_s and not _redundant(state, v, {x.name for x in victims}):
+        if v.deployment in next_use_s and not is_redundant(state, v, {x.name for x in victims}):
             gpu = state.device(v.device).gpu
             total += costs.load_s(state.deployment(v.deployment).model, gpu)
+    return total
+
+
+def _after_unloads(
+    ledger: MemoryLedger, device: str, nbytes: int, now: float
+) -> tuple[float, tuple[str, ...]] | None:
+    """The earliest end of an unload already under way (or decided this round) after which
+    `nbytes` fit on `device`, and the unloads it waits for; None if none does. Such unloads end
+    within one unload time, no later than a reclaim decided now could free memory."""
+    names: list[str] = []
+    for at, tag in ledger.releases(device, now):
+        if tag and tag not in names:
+            names.append(tag)
+        if ledger.fits(device, nbytes, at, names):
+            return at, tuple(names)
+    return None
+
+
+def victim_delay_s(
+    state: PoolState,
+    victims: Sequence[ReplicaInfo],
+    pending: Mapping[str, Sequence[float]],
+    costs: CostModel,
+    leaving: Iterable[str] = (),
+) -> float:
+    """Predicted unit-seconds of delay that reclaiming `victims` puts on their own work.
+
+    A victim whose deployment keeps another copy costs nothing. Otherwise every pending unit of
+    its deployment (`pending`: deployment -> release times of its ready and near-ready units)
+    waits at least until a reload could end — the victim's unload plus a load of its deployment
+    on its own GPU — instead of running at its release. A lower estimate: the reload also needs
+    memory somewhere, which this does not charge.
+
+    Examples:
+        >>> victim_delay_s(PoolState(0.0, (), ()), [], {}, None)  # type: ignore[arg-type]
+        0.0
+    """
+    gone = {v.name for v in victims} | set(leaving)
+    now = state.now_s
+    total = 0.0
+    for v in victims:
+        releases = pending.get(v.deployment, ())
+        if not releases or is_redundant(state, v, gone):
+            continue
+        gpu = state.device(v.device).gpu
+        back = now + v.unload_s + costs.load_s(state.deployment(v.deployment).model, gpu)
+        total += sum(max(back - max(t, now), 0.0) for t in releases)
     return total
 
 
@@ -395,9 +456,11 @@ def lifecycle_option(
     protect_before_s: float = -INF,
     allow_reclaim: bool = True,
     victims: Sequence[ReplicaInfo] | None = None,
+    await_unloads: bool = False,
 ) -> LifecycleOption | None:
-    """The cheapest way to load `deployment` on `device`: into free memory, else after
-    reclaiming victims in `victim_order`; None when neither fits.
+    """The cheapest way to load `deployment` on `device`: into free memory, else (with
+    `await_unloads`) once unloads already under way have freed enough, else after reclaiming
+    victims in `victim_order`; None when none fits.
 
     Args:
         exclude: replicas that must not be reclaimed (already chosen or planned on this round).
@@ -405,6 +468,8 @@ def lifecycle_option(
             (a prefetch must not evict something needed sooner than what it prefetches).
         allow_reclaim: only consider free memory.
         victims: candidates in the order to reclaim them (default: `victim_order`).
+        await_unloads: consider waiting for unloads under way (they end within one unload
+            time, no later than a reclaim decided now) before reclaiming anything.
     """
     fit = state.fit(deployment, device)
     if fit is None:
@@ -417,6 +482,13 @@ def lifecycle_option(
         return LifecycleOption(
             plain, deployment, device, (), (), now, now + load_s, fit.footprint_bytes, load_s
         )
+    waiting = _after_unloads(ledger, device, fit.footprint_bytes, now) if await_unloads else None
+    if waiting is not None:
+        start, names = waiting
+        return LifecycleOption(
+            plain, deployment, device, (), (), start, start + load_s, fit.footprint_bytes,
+            load_s, names,
+        )  # fmt: skip
     if not allow_reclaim:
         return None
     kind = OptionKind.RECLAIM_PREFETCH if prefetch else OptionKind.RECLAIM_LOAD

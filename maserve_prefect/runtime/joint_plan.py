@@ -8,21 +8,30 @@ window + predictions) that commits only what can start now, and every event repl
 2. Each item first *reuses* an accepting resident replica of its deployment (earliest predicted
    completion; batch limit, KV envelope and request memory checked) and gets a `Grant` for its
    chain. A unit that a standing grant binds goes to that replica only.
-3. The rest is coalesced per deployment. Replicas already loading (or waiting for victims) cover
-   demand up to their batch limit; uncovered demand gets lifecycle options — Load or
-   Reclaim+Load on every device, scale-out included — ranked by the key: ready-work coverage per
-   priority class (most urgent class first), then predicted completion (completions within
-   `tie_s` of the earliest count as equal: that is below what the predictions resolve), then
-   lifecycle overhead, then best fit (least memory left on the device, so that large holes stay
-   for large models).
-   An option is taken only if it serves sooner than waiting for existing supply (a loading
-   replica, or a free slot on a saturated one). The best option is committed to the memory
-   ledger and the search repeats.
-4. Only when no lifecycle action for ready work was taken and no ready unit is left blocked, a
-   deployment of near-ready work with no replica is *prefetched* if its predicted release is
-   within load time + `prefetch_slack_s` (ranked by priority, then release — timely first — then
-   overhead). A prefetch evicts only redundant copies and replicas predicted to be needed after
-   the prefetched work plus their reload (`constructor.prefetch_victims`).
+3. The rest is coalesced per deployment and gets lifecycle options on every device, scale-out
+   included: Load into free memory, Load once unloads already under way end, or Reclaim+Load
+   (victims lease-free and idle: redundant copies first, then most distant next use beyond
+   their reload, `constructor.victim_order`). An option is a candidate only if it has a
+   predicted *benefit*: every unmet item is list-scheduled on the supply there is — a serving
+   replica frees a slot as each request of its batch ends (its queue drains, this round's
+   submits included), a loading, planned or just-decided copy opens as many slots as its memory
+   allows when its load ends — with and without the new copy, and the completion time it saves
+   (unit-seconds) must exceed the delay that reclaiming its victims puts on their own work still
+   to start (`constructor.victim_delay_s`); work with no supply at all gains without bound.
+   Candidates are ranked by the key: ready-work coverage per priority class (most urgent class
+   first), counted as the predicted work the covered units head — each unit and everything
+   after it in its DAG, so a load that unblocks more work covers more — then predicted
+   completion (completions within `tie_s` of the earliest count as equal: that is below what
+   the predictions resolve), then lifecycle overhead, then best fit (least memory left on the
+   device, so that large holes stay for large models). The best is committed to the memory
+   ledger and the search repeats. An option that waits for unloads under way decides nothing
+   yet: its memory is held for the round, and the unloads' end is an event that replans.
+4. Only when no ready action can advance — no lifecycle action for ready work was taken or
+   held this round — a deployment of near-ready work with no replica is *prefetched* if its
+   predicted release is within load time + `prefetch_slack_s` (ranked by priority, then
+   release — timely first — then overhead). A prefetch evicts only redundant copies and
+   replicas predicted to be needed after the prefetched work plus their reload
+   (`constructor.prefetch_victims`), and never memory a held load counts on.
 
 Every load, reclaim and request goes through `MemoryLedger.fits` at every predicted transition,
 victims are lease-free and idle, and committed work (requests in flight, granted chains) is never
@@ -36,6 +45,7 @@ Examples:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -48,6 +58,7 @@ from maserve_prefect.runtime.constructor import (
     coalesce,
     lifecycle_option,
     prefetch_victims,
+    victim_delay_s,
     work_item,
 )
 from maserve_prefect.runtime.plans import (
@@ -122,6 +133,14 @@ def pool_snapshot(snapshot: Snapshot, plan: str) -> PoolSnapshot:
     return snapshot
 
 
+@dataclass(frozen=True, slots=True)
+class Slots:
+    """One replica's batch slots for queued work: the GPU it runs on, when each slot frees."""
+
+    gpu: str
+    free_s: tuple[float, ...]
+
+
 class Round:
     """Mutable working state of one plan call; `decisions()` freezes what it committed."""
 
@@ -139,6 +158,9 @@ class Round:
         self.loads: list[Load] = []
         self.unloads: list[Unload] = []
         self.new_supply: dict[str, list[tuple[float, int]]] = {}
+        self.new_copies: dict[str, list[tuple[str, float]]] = {}  # deployment -> (device, ready)
+        self.ends: dict[str, list[float]] = {}  # replica -> this round's submits' predicted ends
+        self.deferred: list[LifecycleOption] = []  # loads waiting for unloads under way
         for r in self.state.replicas:
             n = len(r.active)
             self.batch[r.name] = (
@@ -192,9 +214,11 @@ class Round:
         delta = self.request_delta(r, item)
         if delta:
             self.ledger.add(r.device, self.now, delta)
+        end = self.completion_on(r, item)
         n, mi, mo = self.batch[r.name]
         env = item.envelope
         self.batch[r.name] = (n + 1, max(mi, env.max_input_len), max(mo, env.max_output_len))
+        self.ends.setdefault(r.name, []).append(end)
         self.exclude.add(r.name)
         self.submits.append(Submit(item.head.unit_id, r.name))
         if grant:
@@ -213,6 +237,16 @@ class Round:
         fit = self.state.fit(opt.deployment, opt.device)
         cap = fit.max_num_seqs if fit else 1
         self.new_supply.setdefault(opt.deployment, []).append((opt.ready_s, cap))
+        self.new_copies.setdefault(opt.deployment, []).append((opt.device, opt.ready_s))
+
+    def defer(self, opt: LifecycleOption) -> None:
+        """Hold `opt`'s memory and count it as supply, but decide nothing now: it waits for
+        unloads under way (`opt.after`), whose end is an event that replans, and the load
+        that replan makes needs no victim."""
+        opt.commit(self.ledger)
+        self.deferred.append(opt)
+        self.new_supply.setdefault(opt.deployment, []).append((opt.ready_s, 1))
+        self.new_copies.setdefault(opt.deployment, []).append((opt.device, opt.ready_s))
 
     def leftover_bytes(self, opt: LifecycleOption) -> int:
         """Memory left on the option's device once it has loaded (best-fit tie-breaker)."""
@@ -234,6 +268,96 @@ class Round:
                 out.append((p.ready_s, fit.max_num_seqs if fit else 1))
         return sorted(out)
 
+    def batch_cap(self, deployment: str, device: str, items: Sequence[WorkItem], spare: int) -> int:
+        """How many of `items` a fresh replica of `deployment` on `device` can run at once:
+        its batch limit, and no more than the request memory beyond its footprint that `spare`
+        bytes allow (predicted peak memory grows with the batch)."""
+        fit = self.state.fit(deployment, device)
+        if fit is None or not items:
+            return 0
+        top = min(fit.max_num_seqs, len(items))
+        model, gpu = self.model(deployment), self.gpu(device)
+        max_in = max(it.envelope.max_input_len for it in items)
+        max_out = max(it.envelope.max_output_len for it in items)
+
+        def ok(n: int) -> bool:
+            peak = self.costs.peak_mem_bytes(model, gpu, n, max_in, max_out)
+            return peak - fit.footprint_bytes <= spare
+
+        lo, hi = 1, top  # at least one request runs: admission counts it then
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def supply_slots(self, deployment: str, items: Sequence[WorkItem]) -> list[Slots]:
+        """Where `items` of `deployment`, which no replica accepts now, can run next, per
+        replica: a serving one frees a slot as each request of its batch ends (this round's
+        submits included: its queue drains); a loading, planned or just-decided copy opens as
+        many slots as its batch cap allows (`batch_cap`) when its load ends. Replicas this
+        round reclaims are left out."""
+        out: list[Slots] = []
+        for r in self.state.replicas_of(deployment):
+            if r.name in self.leaving:
+                continue
+            gpu = self.gpu(r.device)
+            if r.serving:
+                ends = [max(a.predicted_end_s, self.now) for a in r.active]
+                ends += self.ends.get(r.name, [])
+                if ends:
+                    out.append(Slots(gpu, tuple(ends)))
+            elif r.phase is ReplicaPhase.LOADING:
+                at = max(r.ready_s, self.now)
+                n = self.batch_cap(deployment, r.device, items, self.ledger.headroom(r.device, at))
+                out.append(Slots(gpu, (at,) * n))
+        for p in self.state.planned:
+            if p.deployment == deployment:
+                spare = self.ledger.headroom(p.device, p.ready_s)
+                n = self.batch_cap(deployment, p.device, items, spare)
+                out.append(Slots(self.gpu(p.device), (p.ready_s,) * n))
+        for dev, ready in self.new_copies.get(deployment, ()):
+            spare = self.ledger.headroom(dev, ready)
+            n = self.batch_cap(deployment, dev, items, spare)
+            out.append(Slots(self.gpu(dev), (ready,) * n))
+        return out
+
+    def drain(self, slots: Sequence[Slots], items: Sequence[WorkItem]) -> list[tuple[float, int]]:
+        """Predicted (completion, slot group) of `items` in order, each on the group where it
+        completes first (list scheduling; each replica runs at the batch its slots hold);
+        (INF, -1) where there is no slot at all."""
+        heaps = [sorted(g.free_s) for g in slots]
+        out: list[tuple[float, int]] = []
+        for it in items:
+            model = self.model(it.deployment)
+            best: tuple[float, int] = (INF, -1)
+            for i, g in enumerate(slots):
+                if heaps[i]:
+                    rt = it.runtime_s(self.costs, model, g.gpu, len(g.free_s))
+                    t = heaps[i][0] + rt
+                    if t < best[0]:
+                        best = (t, i)
+            if best[1] >= 0:
+                heapq.heapreplace(heaps[best[1]], best[0])
+            out.append(best)
+        return out
+
+    def could_gain(
+        self, deployment: str, items: Sequence[WorkItem], base: Sequence[float], tie_s: float
+    ) -> bool:
+        """Whether a new copy of `deployment` could complete some item more than `tie_s` before
+        `base` (its completion on the supply there is): no copy is ready before a load from now
+        on its GPU, nor runs an item faster than alone."""
+        model = self.model(deployment)
+        gpus = {self.gpu(d.name) for d in self.state.devices if self.state.fit(deployment, d.name)}
+        earliest = {g: self.now + self.costs.load_s(model, g) for g in gpus}
+        return bool(earliest) and any(
+            b - min(t + it.runtime_s(self.costs, model, g) for g, t in earliest.items()) > tie_s
+            for it, b in zip(items, base, strict=True)
+        )
+
     def slot_free_s(self, deployment: str) -> float:
         """Earliest predicted free slot on a saturated resident replica of `deployment`."""
         t = INF
@@ -241,10 +365,6 @@ class Round:
             if r.serving and r.active:
                 t = min(t, max(min(a.predicted_end_s for a in r.active), self.now))
         return t
-
-    def servable(self, deployment: str) -> bool:
-        """Whether some device of the pool can hold the deployment at all."""
-        return any(self.state.fit(deployment, d.name) for d in self.state.devices)
 
     def has_copy(self, deployment: str) -> bool:
         """A replica of `deployment` exists (not leaving) or is on its way."""
@@ -267,7 +387,7 @@ class Round:
 class _Candidate:
     """A lifecycle option for ready demand, with the terms it is ranked by."""
 
-    counts: tuple[int, ...]  # minus the units it covers per priority class, most urgent first
+    counts: tuple[float, ...]  # minus the work it covers per priority class, most urgent first
     done_s: float
     leftover_bytes: int
     option: LifecycleOption
@@ -338,8 +458,10 @@ class JointPlan:
                 unmet.append(it)
             else:
                 rd.submit(it, best, grant=True)
-        blocked = self._lifecycle_for_ready(rd, unmet)
-        if opts.prefetch and not rd.loads and not blocked:
+        self._lifecycle_for_ready(rd, unmet)
+        # no ready action can advance: none was taken or held (ready work that no option can
+        # serve does not stop a prefetch; a prefetch only takes free memory or safe victims)
+        if opts.prefetch and not rd.loads and not rd.deferred:
             self._prefetch(rd)
         return rd.decisions()
 
@@ -351,45 +473,65 @@ class JointPlan:
         return min(cands, key=lambda r: (rd.completion_on(r, item), rd.batch[r.name][0], r.name))
 
     @staticmethod
-    def _lifecycle_for_ready(rd: Round, unmet: list[WorkItem]) -> bool:
-        """Cover unmet ready demand with lifecycle actions; True if some stays blocked."""
+    def _lifecycle_for_ready(rd: Round, unmet: list[WorkItem]) -> None:
+        """Cover unmet ready demand with lifecycle actions.
+
+        An option (a new copy) is a candidate only if it serves some work sooner than the
+        supply there is — every item is list-scheduled on the existing replicas (queues
+        drained) with and without it — and that gain (unit-seconds of completion) exceeds the
+        delay reclaiming its victims puts on their own work still to start
+        (`constructor.victim_delay_s`). Work with no supply at all gains without bound.
+        """
         classes = sorted({it.head.priority for it in unmet})
         next_use = rd.snap.window.next_use_s
-        pending: dict[str, list[WorkItem]] = {}
-        wait: dict[str, float] = {}
-        for demand in coalesce(unmet):
-            d = demand.deployment
-            supply = rd.supply(d)
-            covered = sum(cap for _, cap in supply)
-            pending[d] = list(demand.items[covered:])
-            wait[d] = min([t for t, _ in supply] + [rd.slot_free_s(d)])
+        pending = rd.snap.window.releases_s
+        work = {w.unit.unit_id: w.downstream_work_s for w in rd.snap.window.ready}
+        demand = {dm.deployment: list(dm.items) for dm in coalesce(unmet)}
+        tie_s = rd.snap.options.tie_s
         while True:
             cands: list[_Candidate] = []
-            for d, left in sorted(pending.items()):
-                if not left:
-                    continue
-                model = rd.model(d)
+            for d, items in sorted(demand.items()):
+                slots = rd.supply_slots(d, items)
+                base = [t for t, _ in rd.drain(slots, items)]
+                if not rd.could_gain(d, items, base, tie_s):
+                    continue  # no new copy could serve any item sooner: skip its options
                 for dev in rd.state.device_names():
                     opt = lifecycle_option(
-                        rd.state, rd.ledger, d, dev, rd.costs, next_use, exclude=rd.exclude
-                    )
-                    if opt is None or opt.ready_s >= wait[d]:
+                        rd.state, rd.ledger, d, dev, rd.costs, next_use, exclude=rd.exclude,
+                        await_unloads=True,
+                    )  # fmt: skip
+                    if opt is None:
                         continue
-                    fit = rd.state.fit(d, dev)
-                    cov = left[: fit.max_num_seqs if fit else 1]
-                    gpu = rd.gpu(dev)
-                    done = opt.ready_s + max(it.runtime_s(rd.costs, model, gpu) for it in cov)
-                    counts = tuple(-sum(it.head.priority == c for it in cov) for c in classes)
-                    cands.append(_Candidate(counts, done, rd.leftover_bytes(opt), opt, cov))
+                    cap = rd.batch_cap(d, dev, items, rd.leftover_bytes(opt))
+                    new = Slots(rd.gpu(dev), (opt.ready_s,) * cap)
+                    placed = rd.drain([*slots, new], items)
+                    # an item gains only where it completes sooner by more than the
+                    # predictions resolve (`tie_s`)
+                    cov = [
+                        (it, t, b - t)
+                        for it, (t, g), b in zip(items, placed, base, strict=True)
+                        if g == len(slots) and b - t > tie_s
+                    ]
+                    if not cov:
+                        continue
+                    gain = sum(x for _, _, x in cov)
+                    cost = victim_delay_s(rd.state, opt.victims, pending, rd.costs, rd.leaving)
+                    if not gain > cost:
+                        continue
+                    done = max(t for _, t, _ in cov)
+                    counts = tuple(
+                        -sum(work[it.head.unit_id] for it, _, _ in cov if it.head.priority == c)
+                        for c in classes
+                    )
+                    picked = [it for it, _, _ in cov]
+                    cands.append(_Candidate(counts, done, rd.leftover_bytes(opt), opt, picked))
             if not cands:
                 break
-            pick = _best(cands, rd.snap.options.tie_s)
-            opt, cov = pick.option, pick.items
-            rd.take(opt, [it.head.unit_id for it in cov])
-            d = opt.deployment
-            pending[d] = pending[d][len(cov) :]
-            wait[d] = min(wait[d], opt.ready_s)
-        return any(left and wait[d] == INF and rd.servable(d) for d, left in pending.items())
+            pick = _best(cands, tie_s)
+            if pick.option.after:
+                rd.defer(pick.option)
+            else:
+                rd.take(pick.option, [it.head.unit_id for it in pick.items])
 
     @staticmethod
     def _prefetch(rd: Round) -> None:

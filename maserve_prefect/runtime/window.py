@@ -96,6 +96,9 @@ class Window:
             started (ready units count as now); deployments with no such unit are absent.
         root_remaining_s: per active root, predicted runtime of its unfinished units.
         root_arrival_s: per active root, its arrival time.
+        releases_s: per deployment, the predicted releases of every unit that has not started
+            (ready units count as now), in time order: the work a reclaim of its last copy
+            would delay.
     """
 
     now_s: float
@@ -104,6 +107,7 @@ class Window:
     next_use_s: Mapping[str, float] = field(default_factory=dict)
     root_remaining_s: Mapping[str, float] = field(default_factory=dict)
     root_arrival_s: Mapping[str, float] = field(default_factory=dict)
+    releases_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +262,7 @@ def build_window(
     ready: list[WindowUnit] = []
     near: list[WindowUnit] = []
     next_use: dict[str, float] = {}
+    uses: dict[str, list[float]] = {}
     remaining: dict[str, float] = {}
     for uid, u in units.items():
         st = status.get(uid, UnitStatus.PENDING)
@@ -270,6 +275,7 @@ def build_window(
             continue
         use = now_s if st is UnitStatus.READY else release
         next_use[u.deployment] = min(next_use.get(u.deployment, INF), use)
+        uses.setdefault(u.deployment, []).append(use)
         f = facts[uid]
         wu = WindowUnit(
             u, release, completion, f.critical_path_s, f.downstream_work_s, f.num_descendants
@@ -289,6 +295,7 @@ def build_window(
         next_use,
         remaining,
         {r: arrivals.get(r, 0.0) for r in remaining},
+        {d: tuple(sorted(ts)) for d, ts in uses.items()},
     )
 
 
