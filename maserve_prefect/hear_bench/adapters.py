@@ -6,11 +6,11 @@ nothing of HEAR; these adapters translate, and time every translation as control
 
 - `PolicyOrder` — the driver's `order` hook from an ordering policy. At each dispatch it takes a
   KV-state photograph of every replica (`SimReplica.hear_state()`, one `KV_STATE_UPDATE`), merges
-  the residencies into one `ResidencyView` (a block resident on any replica counts; the faster
-  tier wins — the hook does not know where a first turn will be placed), turns the queued turns
-  into `WaitingRequest`s with the *engine's* block hashes (`engine.sim.hear_side.
-  prompt_block_hashes`, memoized per request, since the session file's hashes are the
-  workload's, not the engine's) and calls `policy.order` (one `SCHEDULING_DECISION`).
+  the residencies of the queued turns' blocks into one `ResidencyView` (a block resident on any
+  replica counts; the faster tier wins — the hook does not know where a first turn will be
+  placed), turns the queued turns into `WaitingRequest`s with the *engine's* block hashes
+  (`engine.sim.hear_side.prompt_block_hashes`, memoized per request, since the session file's
+  hashes are the workload's, not the engine's) and calls `policy.order` (one `SCHEDULING_DECISION`).
   Re-check: before an older order's waiting requests run, `policy.recheck` is asked, under the
   new residency, whether each request the previous order ranked hot still is; a False is
   counted (`num_recheck_demoted`) and the request is ordered again with the current residency —
@@ -38,7 +38,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from maserve_prefect.engine.protocol import Control, Outcome, Request, Ticket
@@ -104,15 +104,23 @@ def engine_hashes(num_prompt_tokens: int, hashes: tuple[int, ...], block_size: i
     return prompt_block_hashes(req, engine_block_size)
 
 
-def merged_residency(replicas: Sequence[SimReplica]) -> ResidencyView:
-    """One view over every replica's state report (the faster tier wins for a shared block)."""
+def merged_residency(
+    replicas: Sequence[SimReplica], needed: set[int] | None = None
+) -> ResidencyView:
+    """One view over every replica's state report (the faster tier wins for a shared block).
+
+    With `needed`, the view keeps only those hashes (the waiting requests' blocks): the
+    policies ask about nothing else, so their decisions are the same, and a pool with ~10^5
+    resident blocks per replica is not copied into a dict at every dispatch.
+    """
     tiers: dict[int, Tier] = {}
     block_size = 16
     for rep in replicas:
         report = rep.hear_state()
         block_size = report.block_size
         for rng in report.residency:
-            for h in rng.block_hashes:
+            hashes = rng.block_hashes if needed is None else needed.intersection(rng.block_hashes)
+            for h in hashes:
                 old = tiers.get(h)
                 if old is None or rng.tier < old:
                     tiers[h] = rng.tier
@@ -174,7 +182,10 @@ class PolicyOrder:
             return [q.request_id for q in sorted(queued, key=lambda q: (q.arrival_s, q.request_id))]
         if self.reads_residency:
             with rec.measure(Op.KV_STATE_UPDATE):
-                residency = merged_residency(self.replicas)
+                needed: set[int] = set()
+                for q in queued:
+                    needed.update(self.waiting(q).block_hashes)
+                residency = merged_residency(self.replicas, needed)
         else:
             residency = ResidencyView.of({}, self.block_size)
         with rec.measure(Op.SCHEDULING_DECISION):
@@ -408,6 +419,27 @@ class ArmRun:
     order_hook: PolicyOrder
     retention_hook: RetentionHook | None
     mode_records: list[ModeRecord]
+    replicas: list[SimReplica] = field(default_factory=list)
+
+    def host_tier_use(self) -> tuple[int, float, int]:
+        """(prompt tokens of completed turns served from the host KV tier, seconds of
+        host-to-device transfer charged to steps, number of such transfers), over the pool.
+
+        The per-request split lives on the simulator side (`SimHear.cpu_cached_tokens`, filled
+        when a request finishes; `Outcome` has no field for it): reuse from the host tier is
+        part of `num_cached_tokens` and is not free — each load lengthens the step that admits
+        the request by `bytes / PCIe bandwidth` (`engine.sim.host_tier.HostTierConfig`).
+        """
+        done = {t.request_id for t in self.result.completed()}
+        tokens, seconds, count = 0, 0.0, 0
+        for rep in self.replicas:
+            hear = rep.hear
+            if hear.host is None:
+                continue
+            tokens += sum(n for rid, n in hear.cpu_cached_tokens.items() if rid in done)
+            seconds += sum(t.seconds for t in hear.transfers)
+            count += len(hear.transfers)
+        return tokens, seconds, count
 
 
 def run_arm(
@@ -446,4 +478,4 @@ def run_arm(
     )  # fmt: skip
     if result.content_hash != sset.content_hash():
         raise ConfigError(f"arm {arm.name!r}: the replay reports a different workload hash")
-    return ArmRun(arm, result, recorder, order, retention, records)
+    return ArmRun(arm, result, recorder, order, retention, records, list(replicas))

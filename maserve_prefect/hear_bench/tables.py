@@ -5,7 +5,9 @@ operation); this module turns an `ArmRun` into its row, and rows into a markdown
 column is the paper's figure for that row ("n/a" where the issue gives none), and writes the JSON
 and markdown files. Control-plane time (host CPU, `hear.overhead`) is reported beside the
 virtual-time latencies, as a share of the arm's makespan (the share it would add if it all sat on
-the critical path — an upper bound).
+the critical path — an upper bound). `reuse` is cached / prompt tokens over completed turns;
+`reuse_host` is the part of it loaded back from the host KV tier, and `host_load_s` the virtual
+seconds those PCIe loads added to the steps that admitted them (host reuse is not free).
 
 Examples:
     >>> print(markdown([{"policy": "fcfs", "ttft_p50_s": 1.23456, "paper": "n/a"}]))
@@ -27,7 +29,15 @@ import yaml
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear_bench.adapters import ArmRun
 
-__all__ = ["SuiteReport", "arm_row", "load_scale", "markdown", "overhead_rows", "write_outputs"]
+__all__ = [
+    "SuiteReport",
+    "arm_row",
+    "capacity_line",
+    "load_scale",
+    "markdown",
+    "overhead_rows",
+    "write_outputs",
+]
 
 
 def arm_row(run: ArmRun) -> dict[str, Any]:
@@ -35,6 +45,8 @@ def arm_row(run: ArmRun) -> dict[str, Any]:
     res = run.result
     sess = res.session_time()
     cp_ms = sum(s.total_ns for s in run.recorder.summary().values()) / 1e6
+    host_tokens, host_s, host_n = run.host_tier_use()
+    prompt = sum(t.num_prompt_tokens for t in res.completed())
     row: dict[str, Any] = {
         "policy": run.arm.name,
         "ttft_p50_s": res.ttft_percentile(50),
@@ -45,6 +57,9 @@ def arm_row(run: ArmRun) -> dict[str, Any]:
         "session_mean_s": sess.mean,
         "throughput_rps": res.throughput_rps,
         "reuse": res.reuse,
+        "reuse_host": host_tokens / prompt if prompt else 0.0,
+        "host_load_s": host_s,
+        "num_host_loads": host_n,
         "max_queue_s": max((t.queue_s for t in res.turns), default=0.0),
         "num_turns": len(res.turns),
         "num_completed": len(res.completed()),
@@ -57,6 +72,23 @@ def arm_row(run: ArmRun) -> dict[str, Any]:
         row["retains"] = run.retention_hook.num_retains
         row["releases"] = run.retention_hook.num_releases
     return row
+
+
+def capacity_line(run: ArmRun, distinct_prompt_tokens: int) -> str:
+    """KV room per replica (GPU and host tier, in tokens) beside the workload's distinct prompt
+    tokens: whether the working set fits decides whether ordering can change reuse at all."""
+    rep = run.replicas[0] if run.replicas else None
+    if rep is None:
+        return ""
+    bs = rep.config.block_size
+    gpu = rep.kv.num_blocks * bs
+    host = rep.hear.host
+    host_tokens = host.capacity_blocks * bs if host is not None else 0
+    return (
+        f"KV room per replica: GPU {gpu:,} tokens, host tier {host_tokens:,} tokens; the "
+        f"workload's distinct prompt tokens: {distinct_prompt_tokens:,} "
+        f"({distinct_prompt_tokens / max(1, gpu + host_tokens):.2f}x GPU + host)"
+    )
 
 
 def overhead_rows(runs: Sequence[ArmRun]) -> list[dict[str, Any]]:

@@ -21,10 +21,19 @@ Parameters (`ScbenchConfig`), with where the defaults come from:
 - `mean_turns=5`: SCBench reports 931 multi-turn sessions with 4,853 queries (≈5.2 queries per
   session). Turns per session are `min_turns + Poisson(mean_turns - min_turns)`, clipped to
   `[min_turns, max_turns]`.
-- `context_tokens=(8192, 32768)`, `num_contexts=4`: SCBench's contexts are far longer (often above
-  100k tokens); they are scaled here to fit an 8B model's native 32k window next to a session's
-  history. Each context's length is uniform in the range; sessions pick a context uniformly, or
-  by Zipf weights `1/rank**context_zipf_s` when `context_zipf_s > 0`.
+- Context lengths, two sources (`context_source`):
+  - `"uniform"` (default): each context's length is uniform in `context_tokens=(8192, 32768)` —
+    scaled down to fit an 8B model's native 32k window next to a session's history;
+  - `"scbench"`: SCBench's own lengths. Each context draws one of SCBench's 12 tasks with
+    weight proportional to the task's number of sessions (`SCBENCH_TASKS`) and takes that
+    task's average context length, capped at `max_context_tokens` (SCBench itself truncates a
+    context to the model's window). SCBench's contexts are long — ~22k (many-shot ICL) to
+    ~200k tokens (English QA / multiple choice), one Chinese QA task far beyond that — so most
+    contexts sit at the cap of a 128k-window model.
+- `num_contexts=4`: contexts sessions pick from, uniformly or by Zipf weights
+  `1/rank**context_zipf_s` when `context_zipf_s > 0`. `num_contexts=None` gives every session
+  its own context, SCBench's layout: in SCBench a context is shared by the turns (multi-turn
+  mode) or requests (multi-request mode) of one session, not across sessions.
 - `query_tokens=(32, 256)`, `answer_tokens=(16, 256)`: SCBench queries are short questions and
   most of its tasks answer briefly (retrieval, QA, choice); uniform integer ranges.
 - `arrival_rate_per_s`: Poisson session arrivals (SCBench itself runs offline; this is ours).
@@ -32,10 +41,10 @@ Parameters (`ScbenchConfig`), with where the defaults come from:
 - `block_size=16`: vLLM's default KV block size, so a simulated prefix cache reuses exactly the
   tokens vLLM would (a coarser block would lose up to a block of reuse per turn boundary).
 
-Sampling uses one `numpy.random.Generator(seed)` in a fixed order (context lengths, session gaps,
-context choice, turn counts, then per-turn query lengths, answer lengths, think times), so a seed
-fixes the whole set; segment identities are derived from the seed by BLAKE2b, never from Python's
-salted `hash`.
+Sampling uses one `numpy.random.Generator(seed)` in a fixed order (context lengths — or context
+tasks —, session gaps, context choice unless one per session, turn counts, then per-turn query
+lengths, answer lengths, think times), so a seed fixes the whole set; segment identities are
+derived from the seed by BLAKE2b, never from Python's salted `hash`.
 
 Examples:
     >>> sset = generate_scbench(3, seed=1, context_tokens=(64, 64), num_contexts=1,
@@ -62,11 +71,41 @@ import numpy as np
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
 
-__all__ = ["ScbenchConfig", "generate_scbench"]
+__all__ = ["SCBENCH_TASKS", "ScbenchConfig", "ScbenchTask", "generate_scbench"]
 
 _MASK63 = (1 << 63) - 1
 _MASK64 = (1 << 64) - 1
 _DOC, _QUERY, _ANSWER, _PARTIAL = 1, 2, 3, 4
+_SOURCES = ("uniform", "scbench")
+
+
+@dataclass(frozen=True, slots=True)
+class ScbenchTask:
+    """One SCBench task: its multi-turn sessions and average context length (tokens)."""
+
+    name: str
+    num_sessions: int
+    mean_context_tokens: int
+
+
+# SCBench's task table (Li et al., 2024, arXiv 2412.10319): sessions per task and average context
+# length, rounded to thousands of tokens. The sessions add up to the paper's 931; the lengths
+# agree in magnitude with the dataset card's bytes per example (e.g. Retr.KV ~200 kB of random
+# JSON, many-shot ICL ~88 kB of text).
+SCBENCH_TASKS: tuple[ScbenchTask, ...] = (
+    ScbenchTask("retr_kv", 100, 125_000),
+    ScbenchTask("retr_prefix_suffix", 100, 112_000),
+    ScbenchTask("retr_multihop", 90, 124_000),
+    ScbenchTask("code_repoqa", 88, 65_000),
+    ScbenchTask("en_qa", 69, 198_000),
+    ScbenchTask("zh_qa", 35, 1_500_000),
+    ScbenchTask("en_multichoice", 58, 188_000),
+    ScbenchTask("icl_manyshot", 54, 22_000),
+    ScbenchTask("math_find", 100, 120_000),
+    ScbenchTask("en_sum", 79, 104_000),
+    ScbenchTask("mix_sum_niah", 70, 105_000),
+    ScbenchTask("mix_repoqa_kv", 88, 68_000),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +117,10 @@ class ScbenchConfig:
     """
 
     arrival_rate_per_s: float = 0.2
-    num_contexts: int = 4
+    num_contexts: int | None = 4
     context_tokens: tuple[int, int] = (8192, 32768)
+    context_source: str = "uniform"
+    max_context_tokens: int | None = None
     context_zipf_s: float = 0.0
     mean_turns: float = 5.0
     min_turns: int = 1
@@ -95,8 +136,19 @@ class ScbenchConfig:
             raise ConfigError(
                 f"scbench: arrival_rate_per_s must be > 0, got {self.arrival_rate_per_s}"
             )
-        if self.num_contexts < 1:
-            raise ConfigError(f"scbench: num_contexts must be >= 1, got {self.num_contexts}")
+        if self.num_contexts is not None and self.num_contexts < 1:
+            raise ConfigError(
+                f"scbench: num_contexts must be >= 1 (or None: one per session), got "
+                f"{self.num_contexts}"
+            )
+        if self.context_source not in _SOURCES:
+            raise ConfigError(
+                f"scbench: context_source must be one of {_SOURCES}, got {self.context_source!r}"
+            )
+        if self.max_context_tokens is not None and self.max_context_tokens < 1:
+            raise ConfigError(
+                f"scbench: max_context_tokens must be >= 1, got {self.max_context_tokens}"
+            )
         if self.context_zipf_s < 0:
             raise ConfigError(f"scbench: context_zipf_s must be >= 0, got {self.context_zipf_s}")
         if not 1 <= self.min_turns <= self.max_turns:
@@ -165,6 +217,22 @@ class _BlockChain:
         return (*self.full, _hash(parent, _PARTIAL, *self.pieces))
 
 
+def _context_lengths(
+    cfg: ScbenchConfig, num_ctx: int, rng: np.random.Generator
+) -> tuple[list[str], np.ndarray]:
+    """Each context's SCBench task ([] for uniform lengths) and length (module docstring)."""
+    if cfg.context_source == "uniform":
+        lengths = rng.integers(cfg.context_tokens[0], cfg.context_tokens[1] + 1, num_ctx)
+        if cfg.max_context_tokens is not None:
+            lengths = np.minimum(lengths, cfg.max_context_tokens)
+        return [], lengths
+    w = np.array([t.num_sessions for t in SCBENCH_TASKS], dtype=float)
+    picks = rng.choice(len(SCBENCH_TASKS), num_ctx, p=w / w.sum())
+    cap = cfg.max_context_tokens if cfg.max_context_tokens is not None else 1 << 62
+    tasks = [SCBENCH_TASKS[int(i)] for i in picks]
+    return [t.name for t in tasks], np.array([min(t.mean_context_tokens, cap) for t in tasks])
+
+
 def generate_scbench(
     num_sessions: int, seed: int, config: ScbenchConfig | None = None, **overrides: Any
 ) -> SessionSet:
@@ -191,11 +259,15 @@ def generate_scbench(
         raise ConfigError(f"scbench: {exc}; parameters are {known}") from None
     rng = np.random.default_rng(seed)
     n = num_sessions
-    ctx_len = rng.integers(cfg.context_tokens[0], cfg.context_tokens[1] + 1, cfg.num_contexts)
+    num_ctx = n if cfg.num_contexts is None else cfg.num_contexts
+    ctx_task, ctx_len = _context_lengths(cfg, num_ctx, rng)
     gaps = rng.exponential(1.0 / cfg.arrival_rate_per_s, n)
     arrivals = np.cumsum(gaps) - gaps[0]  # the first session starts at 0
-    weights = 1.0 / np.arange(1, cfg.num_contexts + 1) ** cfg.context_zipf_s
-    ctx_of = rng.choice(cfg.num_contexts, n, p=weights / weights.sum())
+    if cfg.num_contexts is None:
+        ctx_of = np.arange(n)  # SCBench: every session over its own context
+    else:
+        weights = 1.0 / np.arange(1, num_ctx + 1) ** cfg.context_zipf_s
+        ctx_of = rng.choice(num_ctx, n, p=weights / weights.sum())
     extra = rng.poisson(cfg.mean_turns - cfg.min_turns, n)
     num_turns = np.clip(cfg.min_turns + extra, cfg.min_turns, cfg.max_turns)
     total = int(num_turns.sum())
@@ -205,7 +277,7 @@ def generate_scbench(
 
     seed_key = _hash(seed)
     docs: list[_BlockChain] = []
-    for d in range(cfg.num_contexts):
+    for d in range(num_ctx):
         chain = _BlockChain(cfg.block_size)
         chain.extend(_hash(seed_key, _DOC, d), int(ctx_len[d]))
         docs.append(chain)
@@ -228,7 +300,8 @@ def generate_scbench(
                     block_size=cfg.block_size,
                     arrival_s=round(float(arrivals[i]), 6) if t == 0 else None,
                     think_s=round(float(think[k]), 6) if t > 0 else None,
-                    source=f"context {int(ctx_of[i])}",
+                    source=f"context {int(ctx_of[i])}"
+                    + (f" ({ctx_task[int(ctx_of[i])]})" if ctx_task else ""),
                 )
             )
             if cfg.include_history:
@@ -243,4 +316,6 @@ def generate_scbench(
         "config": cfg.to_dict(),
         "context_tokens": [int(x) for x in ctx_len],
     }
+    if ctx_task:
+        meta["context_tasks"] = list(ctx_task)
     return SessionSet(tuple(sessions), "closed", meta)
