@@ -195,6 +195,9 @@ class Outcome:
     output_text: str | None = None
     output_token_ids: tuple[int, ...] | None = None
     attempts: tuple[Attempt, ...] = ()
+    num_cached_host_tokens: int = 0
+    """Of `num_cached_tokens`, those loaded from a host (CPU) KV tier; 0 without one or when
+    the engine cannot tell (the OpenAI/vLLM side)."""
 
 
 class Ticket:

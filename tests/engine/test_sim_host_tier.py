@@ -63,7 +63,7 @@ def test_gpu_evicted_blocks_are_cpu_hits_with_the_transfer_in_the_first_step() -
     out = ta2.outcome
     assert out is not None
     # the lookup hits at most prompt - 1 tokens: 3 of the 4 blocks, all from the host tier
-    assert out.num_cached_tokens == 48
+    assert out.num_cached_tokens == out.num_cached_host_tokens == 48
     assert rep.hear.cpu_cached_tokens == {"a2": 48}
     assert rep.hear.host is not None and rep.hear.host.num_hit_tokens == 48
     assert rep.kv.num_hit_tokens == 0 and rep.kv.num_queried_tokens == 64 + 128 + 64
@@ -85,6 +85,7 @@ def test_without_a_host_tier_the_same_requests_recompute() -> None:
         k, rep, [prefixed("a", 1, 4), prefixed("b", 100, 8), prefixed("a2", 1, 4)]
     )
     assert ta2.outcome is not None and ta2.outcome.num_cached_tokens == 0
+    assert ta2.outcome.num_cached_host_tokens == 0
     assert rep.capabilities().prefix_caching and rep.hear_capabilities().kv_tiers == (Tier.GPU,)
 
 

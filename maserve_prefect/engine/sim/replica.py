@@ -777,6 +777,7 @@ class SimReplica:
                 first_token_s=req.first_token_s,
                 finish_s=end_s,
                 notes=req.notes,
+                num_cached_host_tokens=req.num_cached_cpu_tokens,
             )
         )
 
