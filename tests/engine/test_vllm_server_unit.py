@@ -433,7 +433,7 @@ def test_pool_rejects_unknowns(standin: Path, tmp_path: Path) -> None:
         make_pool(standin, tmp_path, device_cpus={"cpu7": "0"})
 
 
-def test_engine_runs_in_the_api_process_unless_asked_otherwise() -> None:
+def test_worker_runs_in_the_engine_process_unless_asked_otherwise() -> None:
     assert VLLMServerConfig("/m").server_env({})["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
-    env = VLLMServerConfig("/m", engine_in_process=False).server_env({})
+    env = VLLMServerConfig("/m", worker_in_process=False).server_env({})
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env

