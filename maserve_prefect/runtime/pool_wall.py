@@ -163,8 +163,6 @@ class VLLMPoolHandle:
         return ticket
 
     def _loaded(self, ticket: LifecycleTicket, on_done: LifecycleCallback | None) -> None:
-        from maserve_prefect.engine.openai.engine import OpenAIEngine
-
         name = ticket.replica
         deployment, device = self._where[name]
         if ticket.error is not None:
@@ -175,15 +173,7 @@ class VLLMPoolHandle:
             return
         if self._phase.get(name) is not ReplicaPhase.LOADING:
             return  # unloaded while it was loading; the unload answers the controller
-        server = self.pool.server(name)
-        kwargs: dict[str, Any] = {
-            "model": server.config.served_model_name,
-            "name": name,
-            "deployment": deployment,
-            "now": self.now,
-            "kv_events_endpoint": server.config.kv_events_endpoint,
-        }
-        engine = OpenAIEngine(server.url, **(kwargs | self.engine_kwargs))
+        engine = self.pool.new_engine(name, now=self.now, **self.engine_kwargs)
         engine.attach()
         self._engines[name] = engine
         self._phase[name] = ReplicaPhase.RESIDENT

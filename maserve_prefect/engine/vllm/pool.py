@@ -135,8 +135,6 @@ class VLLMProcessPool:
 
     def replicas(self) -> Sequence[OpenAIEngine]:
         """An `OpenAIEngine` per healthy, live server, by replica name (engines are cached)."""
-        from maserve_prefect.engine.openai.engine import OpenAIEngine
-
         out: list[OpenAIEngine] = []
         with self._lock:
             for name in sorted(self._entries):
@@ -147,18 +145,29 @@ class VLLMProcessPool:
                     e.status = ServerStatus.FAILED  # crashed after it was healthy
                     continue
                 if e.engine is None:
-                    config = e.server.config
-                    kwargs: dict[str, Any] = {
-                        "model": config.served_model_name,
-                        "name": e.name,
-                        "deployment": e.deployment,
-                        "now": self.now,
-                        "kv_events_endpoint": config.kv_events_endpoint,
-                    }
-                    kwargs.update(self.engine_kwargs)
-                    e.engine = OpenAIEngine(e.server.url, **kwargs)
+                    e.engine = self.new_engine(e.name)
                 out.append(e.engine)
         return out
+
+    def new_engine(self, replica: str, **overrides: Any) -> OpenAIEngine:
+        """An unstarted `OpenAIEngine` for a replica's server (name, deployment, served model,
+        KV-events endpoint and the pool's clock set; `engine_kwargs`, then `overrides`, win).
+
+        Raises:
+            ConfigError: no such replica.
+        """
+        from maserve_prefect.engine.openai.engine import OpenAIEngine
+
+        e = self._entry(replica)
+        config = e.server.config
+        kwargs: dict[str, Any] = {
+            "model": config.served_model_name,
+            "name": e.name,
+            "deployment": e.deployment,
+            "now": self.now,
+            "kv_events_endpoint": config.kv_events_endpoint,
+        }
+        return OpenAIEngine(e.server.url, **(kwargs | self.engine_kwargs | overrides))
 
     def server(self, replica: str) -> VLLMServer:
         """The server process behind a replica name.
