@@ -4,11 +4,12 @@ One idea: a HEAR policy is pure and knows nothing of the simulator, and the repl
 nothing of HEAR; these adapters translate, and time every translation as control-plane overhead
 (`hear.overhead.OverheadRecorder`), so the cost of the protocol is measured where it is paid.
 
-- `PolicyOrder` — the driver's `order` hook from an ordering policy. At each dispatch it takes a
-  KV-state photograph of every replica (`SimReplica.hear_state()`, one `KV_STATE_UPDATE`), merges
-  the residencies of the queued turns' blocks into one `ResidencyView` (a block resident on any
+- `PolicyOrder` — the driver's `order` hook from an ordering policy. At each dispatch it brings
+  its `ResidencyMirror` up to date from every replica's KV events (`SimReplica
+  .subscribe_residency()`, one `KV_STATE_UPDATE`: the changes since the last dispatch, not a
+  photograph of the pool) — one `ResidencyView` over all replicas (a block resident on any
   replica counts; the faster tier wins — the hook does not know where a first turn will be
-  placed), turns the queued turns into `WaitingRequest`s with the *engine's* block hashes
+  placed) — turns the queued turns into `WaitingRequest`s with the *engine's* block hashes
   (`engine.sim.hear_side.prompt_block_hashes`, memoized per request, since the session file's
   hashes are the workload's, not the engine's) and calls `policy.order` (one `SCHEDULING_DECISION`).
   Re-check: before an older order's waiting requests run, `policy.recheck` is asked, under the
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maserve_prefect.engine.protocol import Control, Outcome, Request, Ticket
-from maserve_prefect.engine.sim.hear_side import prompt_block_hashes
+from maserve_prefect.engine.sim.hear_side import ResidencyFeed, prompt_block_hashes
 from maserve_prefect.engine.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear.controls import CacheRelease, CacheRetain, Tier
@@ -62,6 +63,7 @@ from maserve_prefect.hear.policies import (
 from maserve_prefect.hear.state import ResidencyView
 from maserve_prefect.hear.subjects import ContextRef
 from maserve_prefect.hear.views import SessionView, WaitingRequest
+from maserve_prefect.hear_bench.residency_mirror import ResidencyMirror
 from maserve_prefect.workloads.session_replay import (
     QueuedTurn,
     SessionReplayResult,
@@ -109,18 +111,18 @@ def merged_residency(
 ) -> ResidencyView:
     """One view over every replica's state report (the faster tier wins for a shared block).
 
-    With `needed`, the view keeps only those hashes (the waiting requests' blocks): the
-    policies ask about nothing else, so their decisions are the same, and a pool with ~10^5
-    resident blocks per replica is not copied into a dict at every dispatch.
+    With `needed`, each replica is asked about only those hashes (the waiting requests'
+    blocks; `SimReplica.hear_state(hashes)`): the policies ask about nothing else, so their
+    decisions are the same, and a pool with ~10^5 resident blocks per replica is neither
+    listed nor copied at every dispatch.
     """
     tiers: dict[int, Tier] = {}
     block_size = 16
     for rep in replicas:
-        report = rep.hear_state()
+        report = rep.hear_state(needed)
         block_size = report.block_size
         for rng in report.residency:
-            hashes = rng.block_hashes if needed is None else needed.intersection(rng.block_hashes)
-            for h in hashes:
+            for h in rng.block_hashes:
                 old = tiers.get(h)
                 if old is None or rng.tier < old:
                     tiers[h] = rng.tier
@@ -155,6 +157,8 @@ class PolicyOrder:
         self.recorder = recorder if recorder is not None else OverheadRecorder()
         self.reads_residency = _reads_residency(policy)
         self.block_size = self.replicas[0].config.block_size if self.replicas else 16
+        self.mirror = ResidencyMirror(self.block_size)
+        self._feeds: list[ResidencyFeed] | None = None  # subscribed at the first order
         self._hashes: dict[str, tuple[int, ...]] = {}
         self._hot: set[str] = set()  # ranked hot by the previous order
         self.num_orders = 0
@@ -169,6 +173,14 @@ class PolicyOrder:
         return WaitingRequest(q.request_id, q.arrival_s, q.num_prompt_tokens, h,
                               role_of(q.session_id), q.max_wait_s)  # fmt: skip
 
+    def residency(self) -> ResidencyView:
+        """The pool's residency now: the mirror after this dispatch's KV events."""
+        if self._feeds is None:
+            self._feeds = [r.subscribe_residency() for r in self.replicas]
+        for i, feed in enumerate(self._feeds):
+            self.mirror.apply(i, feed.drain())
+        return self.mirror.view()
+
     def _room(self) -> int:
         cap = self.max_in_flight or 0
         return sum(max(0, cap - r.num_outstanding) for r in self.replicas)
@@ -182,10 +194,7 @@ class PolicyOrder:
             return [q.request_id for q in sorted(queued, key=lambda q: (q.arrival_s, q.request_id))]
         if self.reads_residency:
             with rec.measure(Op.KV_STATE_UPDATE):
-                needed: set[int] = set()
-                for q in queued:
-                    needed.update(self.waiting(q).block_hashes)
-                residency = merged_residency(self.replicas, needed)
+                residency = self.residency()
         else:
             residency = ResidencyView.of({}, self.block_size)
         with rec.measure(Op.SCHEDULING_DECISION):

@@ -163,6 +163,22 @@ def test_state_report_residency_matches_the_kv_cache() -> None:
     assert report.costs[0].op == "load_cpu_block" and report.costs[0].seconds.is_prediction
 
 
+def test_state_query_reports_the_asked_hashes_as_the_full_report_does() -> None:
+    k, rep = make()
+    evict_a_to_host(k, rep)
+    rep.submit(prefixed("w", 300, 6, out=50))
+    k.run(until=k.now() + 0.05)
+    full = rep.hear_state().residency_view().tiers
+    gpu = [h for h, t in full.items() if t is Tier.GPU][:3]
+    cpu = [h for h, t in full.items() if t is Tier.CPU][:3]
+    assert gpu and cpu
+    absent = [h for h in range(1, 10_000) if h not in full][:2]
+    asked = {*gpu, *cpu, *absent}
+    part = rep.hear_state(asked).residency_view().tiers
+    assert dict(part) == {h: full[h] for h in asked if h in full}
+    assert rep.hear_state(set()).residency_view().tiers == {}
+
+
 def test_request_scoped_controls_need_a_request() -> None:
     _, rep = make()
     res = rep.control([OrderingKey(1.0), MaxWait(2.0, force=Force.REQUIREMENT)])

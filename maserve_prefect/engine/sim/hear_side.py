@@ -35,7 +35,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -149,6 +149,34 @@ def prompt_block_hashes(request: Request, block_size: int) -> tuple[int, ...]:
     return tuple(probe.block_hashes(n)[:n]) if n else ()
 
 
+Change = tuple[Tier, bool | None, list[int]]
+
+
+class ResidencyFeed:
+    """The changes to one replica's KV-tier residency since the last `drain`: the simulator's
+    KV events, as vLLM publishes `BlockStored` / `BlockRemoved` / `AllBlocksCleared` per medium
+    (`engine.openai.kv_events`). Each change is `(tier, stored, hashes)`: `stored` True for
+    hashes that became resident in `tier`, False for hashes that left it, None for the tier
+    emptied (`hashes` then empty). A feed starts with the residency at subscription as stored
+    changes, so a subscriber that applies every change in order holds exactly what a full
+    `state_report` lists, at a cost proportional to what changed rather than to what is
+    resident. Get one with `SimReplica.subscribe_residency()`.
+    """
+
+    __slots__ = ("_changes",)
+
+    def __init__(self) -> None:
+        self._changes: list[Change] = []
+
+    def put(self, tier: Tier, stored: bool | None, hashes: list[int]) -> None:
+        self._changes.append((tier, stored, hashes))
+
+    def drain(self) -> list[Change]:
+        """The changes since the last drain, oldest first (and forget them)."""
+        out, self._changes = self._changes, []
+        return out
+
+
 class SimHear:
     """HEAR state of one `SimReplica` (built by it; see the module docstring).
 
@@ -168,11 +196,25 @@ class SimHear:
         self.cpu_cached_tokens: dict[str, int] = {}  # finished request -> host-tier hit tokens
         self.num_evictions = 0  # cached GPU blocks evicted since this object exists
         self.capabilities = self._capabilities()
+        self._feeds: list[ResidencyFeed] = []
         kv = self.kv
         kv.on_evict = self._on_evict
         if self.host is not None:
             kv.host = self.host
             kv.on_cache = self._on_cache
+
+    def subscribe_residency(self) -> ResidencyFeed:
+        """A new `ResidencyFeed` of this replica, starting with what is resident now."""
+        feed = ResidencyFeed()
+        feed.put(Tier.GPU, True, list(self.kv.block_hash.values()))
+        if self.host is not None:
+            feed.put(Tier.CPU, True, self.host.hashes())
+        if not self._feeds:  # the hooks report GPU caching and host changes from now on
+            self.kv.on_cache = self._on_cache
+            if self.host is not None:
+                self.host.on_change = self._on_host_change
+        self._feeds.append(feed)
+        return feed
 
     def _capabilities(self) -> HearCapabilities:
         seam = self.rep.capabilities()
@@ -381,6 +423,8 @@ class SimHear:
 
     def _on_evict(self, hashes: list[int]) -> None:
         self.num_evictions += len(hashes)
+        for feed in self._feeds:
+            feed.put(Tier.GPU, False, hashes)
         if self.host is not None:
             dropped = self.host.offer(hashes)
             if dropped and len(self.retention):
@@ -389,9 +433,15 @@ class SimHear:
         elif len(self.retention):
             self.retention.drop(hashes)
 
+    def _on_host_change(self, stored: bool, hashes: list[int]) -> None:
+        for feed in self._feeds:
+            feed.put(Tier.CPU, stored, hashes)
+
     def _on_cache(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
         host, table = self.host, self.retention
         hv = hashes.tolist()
+        for feed in self._feeds:
+            feed.put(Tier.GPU, True, hv)
         if host is not None and len(host):
             host.supersede(hv)
         if len(table):
@@ -402,6 +452,8 @@ class SimHear:
 
     def reset(self) -> None:
         """The replica's KV cache was dropped (sleep): every tier and pin goes."""
+        for feed in self._feeds:
+            feed.put(Tier.GPU, None, [])
         self.retention.clear()
         if self.host is not None:
             self.host.clear()
@@ -409,17 +461,32 @@ class SimHear:
 
     # -- state -----------------------------------------------------------------------------
 
-    def state_report(self) -> StateReport:
-        """A snapshot of residency, capacity, queues and pressure (reserves nothing)."""
+    def state_report(self, hashes: Collection[int] | None = None) -> StateReport:
+        """A snapshot of residency, capacity, queues and pressure (reserves nothing).
+
+        With `hashes`, residency covers only those block hashes (those resident, per tier):
+        a harness asks about the blocks of the requests it is ordering, and the cost is the
+        size of the question, not of a KV pool with ~10^5 resident blocks per tier.
+        """
         rep, kv = self.rep, self.kv
         st = rep.state()
-        gpu = tuple(h for _, h in sorted(kv.block_hash.items()))
+        host = self.host
+        host_res: tuple[int, ...] = ()
+        if hashes is None:
+            gpu = tuple(h for _, h in sorted(kv.block_hash.items()))
+            if host is not None:
+                host_res = tuple(host.hashes())
+        else:
+            asked = np.fromiter(hashes, dtype=np.uint64, count=len(hashes))
+            on_gpu = kv.cached_mask(asked)
+            gpu = tuple(asked[on_gpu].tolist())
+            if host is not None:
+                host_res = tuple(host.resident_among(asked[~on_gpu].tolist()))
         residency = [PrefixRange(gpu, Tier.GPU)]
         capacity = [TierCapacity(Tier.GPU, kv.num_blocks, st.num_free_blocks)]
         costs: list[CostEstimate] = []
-        if self.host is not None:
-            host = self.host
-            residency.append(PrefixRange(tuple(host.hashes()), Tier.CPU))
+        if host is not None:
+            residency.append(PrefixRange(host_res, Tier.CPU))
             capacity.append(TierCapacity(Tier.CPU, host.capacity_blocks, host.num_free_blocks))
             per_block = host.config.transfer_s(1)
             costs.append(

@@ -118,6 +118,7 @@ class HostTier:
         "num_loaded",
         "num_stored",
         "num_superseded",
+        "on_change",
         "protect",
     )
 
@@ -125,6 +126,8 @@ class HostTier:
         self.config = config
         self._lru: OrderedDict[int, None] = OrderedDict()  # oldest first
         self.protect: Protect | None = None  # set while retention pins exist
+        # told of every change: (True, hashes stored) / (False, hashes removed); None: nobody
+        self.on_change: Callable[[bool, list[int]], None] | None = None
         self.num_stored = 0
         self.num_loaded = 0
         self.num_superseded = 0
@@ -150,6 +153,11 @@ class HostTier:
     def hashes(self) -> list[int]:
         """Resident hashes, least recently used first."""
         return list(self._lru)
+
+    def resident_among(self, hashes: Iterable[int]) -> list[int]:
+        """Which of `hashes` are resident here, in their order (a C-level filter: a harness
+        asks about tens of thousands of hashes at once)."""
+        return list(filter(self._lru.__contains__, hashes))
 
     def prefix_run(self, hashes: Sequence[int]) -> int:
         """How many leading `hashes` are resident here."""
@@ -182,6 +190,8 @@ class HostTier:
         else:  # the usual case (a hash lives in one tier): one C-level update
             lru.update(dict.fromkeys(hs))
             self.num_stored += len(hs)
+        if self.on_change is not None:
+            self.on_change(True, hs)
         excess = len(lru) - self.config.capacity_blocks
         if excess <= 0:
             return []
@@ -191,6 +201,8 @@ class HostTier:
             dropped = self._victims(excess, self.protect)
         deque(map(lru.__delitem__, dropped), maxlen=0)  # C-level loop: drops are many
         self.num_dropped += len(dropped)
+        if self.on_change is not None:
+            self.on_change(False, dropped)
         return dropped
 
     def _victims(self, n: int, protect: Protect) -> list[int]:
@@ -223,6 +235,8 @@ class HostTier:
         for h in hashes:
             del lru[h]
         self.num_loaded += len(hashes)
+        if self.on_change is not None:
+            self.on_change(False, list(hashes))
 
     def supersede(self, hashes: Iterable[int]) -> int:
         """Drop host copies of hashes the GPU now caches (recomputed); returns how many."""
@@ -230,6 +244,8 @@ class HostTier:
         common = list(filter(lru.__contains__, hashes))
         deque(map(lru.__delitem__, common), maxlen=0)
         self.num_superseded += len(common)
+        if common and self.on_change is not None:
+            self.on_change(False, common)
         return len(common)
 
     def clear(self) -> list[int]:
@@ -237,6 +253,8 @@ class HostTier:
         gone = list(self._lru)
         self._lru.clear()
         self.num_dropped += len(gone)
+        if self.on_change is not None:
+            self.on_change(False, gone)
         return gone
 
     def check_invariants(self) -> None:

@@ -178,6 +178,11 @@ class KVCacheManager:
         """Hash -> block id of every cached (hit-able) block."""
         return {h: b for b, h in self._idx.block_hash().items()}
 
+    def cached_mask(self, hashes: np.ndarray) -> np.ndarray:
+        """Whether each hash (a uint64 array) is cached here (a bool array): a query over the
+        hashes asked about, not a copy of the whole table."""
+        return self._idx.find(hashes) >= 0
+
     # -- lookup ----------------------------------------------------------------------------
 
     def get_computed_blocks(self, req: SimRequest) -> tuple[list[int], int]:

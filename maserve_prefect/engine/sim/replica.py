@@ -55,7 +55,7 @@ Examples:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from maserve_prefect.clock import LATE, NORMAL, URGENT, Cancellable, Clock
@@ -85,7 +85,7 @@ from maserve_prefect.engine.sim.fast_forward import (
     run_cost,
     steps_before,
 )
-from maserve_prefect.engine.sim.hear_side import SimHear
+from maserve_prefect.engine.sim.hear_side import ResidencyFeed, SimHear
 from maserve_prefect.engine.sim.host_tier import HostTierConfig
 from maserve_prefect.engine.sim.kv_cache import KVCacheManager, cdiv
 from maserve_prefect.engine.sim.modes import (
@@ -331,11 +331,17 @@ class SimReplica:
             self.kv_effect(lambda: self._hx.prepares.extend(self.hear.apply_cache(honoured)))
         return res
 
-    def hear_state(self) -> StateReport:
+    def hear_state(self, hashes: Collection[int] | None = None) -> StateReport:
         """Residency per tier, capacity, queues and pressure now (a snapshot; reserves
         nothing). Inside a fast-forwarded run, residency is as of the run's start (the blocks
-        its steps take are allocated at its end); counts and usage are as `state()` gives."""
-        return self.hear.state_report()
+        its steps take are allocated at its end); counts and usage are as `state()` gives.
+        With `hashes`, residency covers only those block hashes (a query)."""
+        return self.hear.state_report(hashes)
+
+    def subscribe_residency(self) -> ResidencyFeed:
+        """A feed of this replica's KV residency changes from now on, starting with what is
+        resident now (`hear_side.ResidencyFeed`): the simulator's KV events."""
+        return self.hear.subscribe_residency()
 
     def kv_effect(self, fn: Callable[[], None]) -> None:
         """Run `fn` (a change to pins or the load queue) now, on the KV state stepping would
