@@ -54,14 +54,23 @@ class RootStatus(StrEnum):
     INCOMPLETE = "incomplete"
 
 
+DEFAULT_CLASS = "default"
+"""The class of a root that names neither a workload class nor a workflow (e.g. imports)."""
+
+
 def root_class(root: RootRecord) -> str:
-    """The SLO class of a root: its `workload_class`, else its `workflow`, else `""`.
+    """The SLO class of a root: its `workload_class`, else its `workflow`, else `DEFAULT_CLASS`.
+
+    The one definition of a root's class: deadlines, attainment, replay summaries and the
+    per-class engine views all key on it.
 
     Examples:
         >>> root_class(RootRecord(root_id="r", workflow="debate"))
         'debate'
+        >>> root_class(RootRecord(root_id="r"))
+        'default'
     """
-    return root.workload_class or root.workflow
+    return root.workload_class or root.workflow or DEFAULT_CLASS
 
 
 def final_attempts(ops: Iterable[OpRecord]) -> dict[str, OpRecord]:

@@ -3,18 +3,30 @@
 One idea: a comparison is fair only if everything but the arm is fixed before the arms run. So
 `run_scenario` (1) builds the trace set once, (2) computes and *locks* the per-class deadlines —
 explicit seconds, or `factor ×` a latency quantile from an independent low-load reference replay
-(DAG rule, one root at a time: closed loop with one user and no think time, on the first arm's
-pool) — and writes them into the result before any arm runs, then (3) runs `blocks` paired
-blocks: in each block every arm replays the same arrivals (the block's seed is the scenario seed
-+ block index), arm order alternates (forward in even blocks, reversed in odd ones), and every arm
-starts from drained state (a fresh kernel and a fresh warm pool). Each arm run is one Prefect flow
-run (`maserve-replay-arm`) that drives the dispatcher — never a Prefect task per op; with
+(DAG rule, one root at a time: closed loop with one user and no think time, on the scenario's
+reference pool *as written*, without any arm's overrides, so the deadlines do not depend on arm
+order; `Reference.pool`) — and writes them into the result before any arm runs, then (3) runs
+`blocks` paired blocks: in each block every arm replays the same arrivals (the block's seed is the
+scenario seed + block index), arm order alternates (forward in even blocks, reversed in odd ones),
+and every arm starts from drained state. Each arm run is one Prefect flow run
+(`maserve-replay-arm`) that drives the dispatcher — never a Prefect task per op; with
 `prefect=False` the same function runs without Prefect.
 
-The per-arm summary is deliberately minimal (root latency percentiles of the measured roots,
-deadline attainment, early releases); task-level metrics are computed by `maserve_prefect.metrics`
-from each arm's replay trace and step records. Across blocks an arm is summarized by the median
-and range (min, max) of each figure.
+Drained state: on the simulator every arm gets a fresh kernel and a fresh warm pool. A real
+engine is one shared server, so before each arm (and before the reference replay) the server is
+drained (`engine.openai.wall.drain_server`: wait until it runs and queues nothing, then reset its
+prefix cache); what that achieved is recorded with the arm (`ArmSummary.initial_state`, e.g.
+"idle; prefix cache not reset: unsupported by the server"). Real-engine replays run under the
+scenario's wall-clock limit (`Scenario.wall_timeout_s`): a stuck op ends the arm, never hangs it.
+
+The per-arm summary is deliberately minimal (root latency percentiles of the measured roots that
+completed, deadline attainment, completed / failed / incomplete roots, early releases);
+task-level metrics are computed by `maserve_prefect.metrics` from each arm's replay trace and step
+records. A measured root *meets* its deadline only when it completed (`metrics.task` root status:
+no failed answer op) within it; a failed or unfinished root counts against attainment. A target
+root that never arrived (the run ended first) is measured unless the window surely excludes it
+(the window ends before the run did). Across blocks an arm is summarized by the median and range
+(min, max) of each figure.
 
 Examples:
     >>> median_range([3.0, 1.0, 2.0])
@@ -26,26 +38,62 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from maserve_prefect.engine.target import parse_engine
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, EngineError
+from maserve_prefect.metrics.task import RootStatus, root_class
 from maserve_prefect.replay.arrivals import ClosedLoopArrivals, ThinkTime, with_seed
 from maserve_prefect.replay.driver import ReplayRun, replay_trace
 from maserve_prefect.replay.scenario import Arm, Scenario, arrival_process
 from maserve_prefect.replay.traceset import TraceSet, build_trace_set
 from maserve_prefect.runtime.poolfile import PoolFile, default_pool_file, load_pool_file
 from maserve_prefect.trace.cas import BlobStore
-from maserve_prefect.trace.model import RootRecord, Trace
+from maserve_prefect.trace.model import Trace
+
+if TYPE_CHECKING:
+    from maserve_prefect.engine.openai.wall import DrainReport
+
+__all__ = [
+    "ArmResult",
+    "ArmSummary",
+    "LockedDeadlines",
+    "MeasuredRoot",
+    "ScenarioResult",
+    "arm_pool_file",
+    "drain_engine",
+    "lock_deadlines",
+    "measured_roots",
+    "median_range",
+    "root_class",
+    "run_arm",
+    "run_scenario",
+    "summarize_arm",
+]
 
 QUANTILES = (50, 95, 99)
+SIM_INITIAL_STATE = "fresh simulated pool"
+"""`ArmSummary.initial_state` on the simulator: every arm runs on a new kernel and pool."""
 
 
 @dataclass(slots=True)
 class ArmSummary:
-    """One arm in one block: the figures the CLI prints."""
+    """One arm in one block: the figures the CLI prints.
+
+    Attributes:
+        num_roots: roots in the trace set (every cohort).
+        num_measured: measured roots (target cohorts, arrival in the window; module docstring).
+        num_completed / num_failed_roots / num_incomplete_roots: measured roots by status; they
+            sum to `num_measured`. Incomplete: not done when the run ended (or never arrived).
+        latency_p*_s: root latency percentiles of the completed measured roots (None if none).
+        attainment: share of measured roots with a deadline that completed within it.
+        num_failed_ops / num_incomplete_ops: ops of the whole run that failed / never completed.
+        initial_state: the state the arm started from (`SIM_INITIAL_STATE`, or what draining
+            the real server achieved, `DrainReport.describe`).
+    """
 
     arm: str
     block: int
@@ -60,15 +108,41 @@ class ArmSummary:
     num_early_releases: int
     num_failed_ops: int
     makespan_s: float
+    num_completed: int = 0
+    num_failed_roots: int = 0
+    num_incomplete_roots: int = 0
+    num_incomplete_ops: int = 0
+    initial_state: str = SIM_INITIAL_STATE
 
 
 @dataclass(slots=True)
 class ArmResult:
-    """An arm run: its summary and the full replay (trace, pool, step records)."""
+    """An arm run: its summary, the full replay (trace, pool, step records) and, on a real
+    engine, how draining the server went before it."""
 
     summary: ArmSummary
     run: ReplayRun
     flow_run_id: str | None = None
+    drain: DrainReport | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredRoot:
+    """A measured root of one arm run: its class, status and latency (None unless completed)."""
+
+    root_id: str
+    root_class: str
+    status: RootStatus
+    latency_s: float | None
+
+
+class LockedDeadlines(NamedTuple):
+    """What `lock_deadlines` fixed before the arms: deadlines, the reference latencies per class
+    and the state the reference replay started from (None without a reference replay)."""
+
+    deadlines_s: dict[str, float]
+    reference_latency_s: dict[str, list[float]]
+    reference_state: str | None
 
 
 @dataclass(slots=True)
@@ -80,6 +154,7 @@ class ScenarioResult:
     deadlines_s: dict[str, float]
     reference_latency_s: dict[str, list[float]]
     results: list[ArmResult] = field(default_factory=list)
+    reference_state: str | None = None
 
     def by_arm(self) -> dict[str, list[ArmResult]]:
         """Results grouped by arm name, in scenario arm order, blocks in order."""
@@ -106,9 +181,8 @@ def median_range(values: list[float]) -> tuple[float, float, float]:
     return float(np.median(a)), float(a.min()), float(a.max())
 
 
-def root_class(root: RootRecord) -> str:
-    """The deadline class of a root: its workload class, else its workflow, else "default"."""
-    return root.workload_class or root.workflow or "default"
+def _pool_file(scenario: Scenario, pool: Path | None) -> PoolFile:
+    return load_pool_file(scenario.path(pool)) if pool is not None else default_pool_file()
 
 
 def arm_pool_file(scenario: Scenario, arm: Arm) -> PoolFile:
@@ -117,7 +191,7 @@ def arm_pool_file(scenario: Scenario, arm: Arm) -> PoolFile:
     Raises:
         ConfigError: an override names a deployment the pool does not have.
     """
-    pf = load_pool_file(scenario.path(arm.pool)) if arm.pool is not None else default_pool_file()
+    pf = _pool_file(scenario, arm.pool)
     if not arm.overrides:
         return pf
     names = pf.names()
@@ -142,6 +216,31 @@ def _quantiles(lat: list[float]) -> list[float | None]:
     return [float(v) for v in np.percentile(np.asarray(lat), QUANTILES)]
 
 
+def measured_roots(run: ReplayRun, ts: TraceSet, scenario: Scenario) -> list[MeasuredRoot]:
+    """The arm run's measured roots in slot order, each with its status (module docstring)."""
+    roots = {r.root_id: r for r in ts.trace.roots}
+    status = run.root_status()
+    horizon_s = run.end_s - run.start_s
+    window = scenario.window
+    out: list[MeasuredRoot] = []
+    for rid in ts.targets():
+        arrived = run.root_arrival_s.get(rid)
+        if arrived is None:
+            # The run ended first: the root would have arrived at or after `horizon_s`.
+            if window.end_s is not None and window.end_s <= horizon_s:
+                continue
+            out.append(MeasuredRoot(rid, root_class(roots[rid]), RootStatus.INCOMPLETE, None))
+            continue
+        if not window.holds(arrived - run.start_s):
+            continue
+        st = status[rid]
+        latency = run.root_latency_s.get(rid) if st is RootStatus.COMPLETED else None
+        if st is RootStatus.COMPLETED and latency is None:
+            st = RootStatus.INCOMPLETE
+        out.append(MeasuredRoot(rid, root_class(roots[rid]), st, latency))
+    return out
+
+
 def summarize_arm(
     run: ReplayRun,
     ts: TraceSet,
@@ -150,28 +249,27 @@ def summarize_arm(
     *,
     arm: str,
     block: int,
+    initial_state: str = SIM_INITIAL_STATE,
 ) -> ArmSummary:
-    """The arm's summary over the measured roots (window × target cohorts)."""
-    roots = {r.root_id: r for r in ts.trace.roots}
-    measured = [
-        r for r in ts.targets() if scenario.window.holds(run.root_arrival_s[r] - run.start_s)
-    ]
-    lat = [run.root_latency_s[r] for r in measured]
+    """The arm's summary over the measured roots (window × target cohorts; module docstring)."""
+    measured = measured_roots(run, ts, scenario)
+    lat = [m.latency_s for m in measured if m.latency_s is not None]
     p50, p95, p99 = _quantiles(lat)
+    with_deadline = [m for m in measured if m.root_class in deadlines]
     attainment = None
-    if deadlines and measured:
-        met = [
-            run.root_latency_s[r] <= deadlines[root_class(roots[r])]
-            for r in measured
-            if root_class(roots[r]) in deadlines
-        ]
-        attainment = sum(met) / len(met) if met else None
+    if with_deadline:
+        met = sum(
+            m.latency_s is not None and m.latency_s <= deadlines[m.root_class]
+            for m in with_deadline
+        )
+        attainment = met / len(with_deadline)
+    by_status = {st: sum(m.status is st for m in measured) for st in RootStatus}
     return ArmSummary(
         arm=arm,
         block=block,
         rule=run.rule.value,
         non_causal=run.non_causal,
-        num_roots=len(run.root_latency_s),
+        num_roots=len(ts.trace.roots),
         num_measured=len(measured),
         latency_p50_s=p50,
         latency_p95_s=p95,
@@ -180,34 +278,66 @@ def summarize_arm(
         num_early_releases=run.num_early_releases,
         num_failed_ops=run.num_failed_ops,
         makespan_s=run.end_s - run.start_s,
+        num_completed=by_status[RootStatus.COMPLETED],
+        num_failed_roots=by_status[RootStatus.FAILED],
+        num_incomplete_roots=by_status[RootStatus.INCOMPLETE],
+        num_incomplete_ops=run.num_incomplete_ops,
+        initial_state=initial_state,
     )
 
 
-def lock_deadlines(
-    scenario: Scenario, ts: TraceSet
-) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """Explicit deadlines plus reference-derived ones for the other classes (see module doc)."""
+def drain_engine(scenario: Scenario) -> DrainReport | None:
+    """Drain the scenario's real server before a run (None on the simulator; module docstring)."""
+    target = parse_engine(scenario.engine)
+    if target.is_sim:
+        return None
+    from maserve_prefect.engine.openai.wall import drain_server
+
+    return drain_server(target.base_url)
+
+
+def lock_deadlines(scenario: Scenario, ts: TraceSet) -> LockedDeadlines:
+    """Explicit deadlines plus reference-derived ones for the other classes (see module doc).
+
+    The reference replays on `Scenario.reference_pool()` without any arm's overrides.
+
+    Raises:
+        EngineError: a root of the reference replay failed or did not finish within the
+            scenario's wall-clock limit (deadlines from the roots that did would be biased).
+    """
     deadlines = dict(scenario.deadlines.classes)
     ref = scenario.deadlines.reference
     if ref is None:
-        return deadlines, {}
+        return LockedDeadlines(deadlines, {}, None)
+    drain = drain_engine(scenario)
     run = replay_trace(
         ts.trace,
         ts.store,
         rule="dag",
         arrivals=ClosedLoopArrivals(1, ThinkTime("constant", 0.0)),
-        pool_file=arm_pool_file(scenario, scenario.arms[0]),
+        pool_file=_pool_file(scenario, scenario.reference_pool()),
         lock=scenario.lock,
         slots=ts.slots,
         name="reference",
         engine=scenario.engine,
+        timeout_s=scenario.wall_timeout_s(),
     )
+    status = run.root_status()
+    short = [r for r in ts.slots if status[r] is not RootStatus.COMPLETED]
+    if short:
+        raise EngineError(
+            f"scenario {scenario.name}: the deadline reference replay on {scenario.engine} did "
+            f"not complete {len(short)} of {len(ts.slots)} roots (first: {', '.join(short[:3])}; "
+            f"{run.num_failed_ops} failed ops, {run.num_incomplete_ops} incomplete ops, limit "
+            f"{scenario.wall_timeout_s()} s); check the server or raise `timeout_s`"
+        )
     by_class: dict[str, list[float]] = {}
     for root in ts.trace.roots:
         by_class.setdefault(root_class(root), []).append(run.root_latency_s[root.root_id])
     for cls, lat in sorted(by_class.items()):
         deadlines.setdefault(cls, ref.factor * float(np.quantile(lat, ref.quantile)))
-    return deadlines, by_class
+    state = SIM_INITIAL_STATE if drain is None else drain.describe()
+    return LockedDeadlines(deadlines, by_class, state)
 
 
 # -- one Prefect flow per arm run -------------------------------------------------------------
@@ -242,9 +372,10 @@ def _arm_flow() -> Any:
 def run_arm(
     scenario: Scenario, ts: TraceSet, arm: Arm, block: int, deadlines: Mapping[str, float]
 ) -> ArmResult:
-    """Replay one arm of one block without Prefect."""
+    """Replay one arm of one block without Prefect (a real server is drained first)."""
     process = arrival_process(scenario.arrivals)
     seed = getattr(process, "seed", 0)
+    drain = drain_engine(scenario)
     run = replay_trace(
         ts.trace,
         ts.store,
@@ -258,8 +389,13 @@ def run_arm(
         name=arm.name,
         notes={"scenario": scenario.name, "block": block},
         engine=scenario.engine,
+        timeout_s=scenario.wall_timeout_s(),
     )
-    return ArmResult(summarize_arm(run, ts, scenario, deadlines, arm=arm.name, block=block), run)
+    state = SIM_INITIAL_STATE if drain is None else drain.describe()
+    summary = summarize_arm(
+        run, ts, scenario, deadlines, arm=arm.name, block=block, initial_state=state
+    )
+    return ArmResult(summary, run, drain=drain)
 
 
 def run_scenario(
@@ -280,6 +416,8 @@ def run_scenario(
     Raises:
         ConfigError: a malformed `engine` (not `sim` or `openai:URL`).
         UnsupportedError: the engine cannot honour the scenario's input contract.
+        EngineError: the real server is unreachable, or the deadline reference replay did not
+            complete every root.
 
     Examples:
         >>> from maserve_prefect.replay.scenario import parse_scenario
@@ -292,8 +430,8 @@ def run_scenario(
     """
     parse_engine(scenario.engine)
     ts = build_trace_set(scenario, loaded)
-    deadlines, reference = lock_deadlines(scenario, ts)
-    result = ScenarioResult(scenario, ts, deadlines, reference)
+    deadlines, reference, reference_state = lock_deadlines(scenario, ts)
+    result = ScenarioResult(scenario, ts, deadlines, reference, reference_state=reference_state)
     flow_fn = _arm_flow() if prefect else None
     for block in range(scenario.blocks):
         arms = scenario.arms if block % 2 == 0 else tuple(reversed(scenario.arms))

@@ -66,7 +66,11 @@ def realized_trace(
     notes: Mapping[str, Any] | None = None,
     engine: str = "sim",
 ) -> Trace:
-    """The replay trace: `source`'s records with realized times, cached tokens and status."""
+    """The replay trace: `source`'s records with realized times, cached tokens and status.
+
+    An op that never completed keeps its recorded token counts but has status INCOMPLETE and no
+    completion time; the conformance audit reports such ops instead of comparing their counts.
+    """
     ops = []
     for op in source.ops:
         r = realized[op.op_id]

@@ -3,8 +3,14 @@
 One idea: a replay is evidence only if it replayed the *same work* under its rule, so the audit
 is a report (not a timed test) of four checks on one `ReplayRun`:
 
-1. **Work**: every op's realized input and output token counts equal the replayed trace's
-   (mismatches are listed by op id). Ops whose recorded count is unknown are skipped.
+1. **Work**: every op completed, and every op's realized input and output token counts equal the
+   replayed trace's (mismatches are listed by op id). An op *did not complete* when it has no
+   completion time in the replay (`incomplete`: a wall-clock replay that hit its timeout) or
+   when the replay failed it (`failed`: the engine rejected or failed the request) although the
+   recorded run had not — a recorded failure that the replay reproduces is the same work. Those
+   ops are listed by id and are not compared for token counts (a run that did no work must
+   never pass because nothing was there to mismatch). Ops whose recorded count is unknown are
+   not compared.
 2. **Causality**: zero early releases (`ReplayRun.num_early_releases`, read from realized times).
    Required for causal arms (DAG, Barrier); Flat and Arrival are non-causal *references* and are
    flagged, not failed.
@@ -21,8 +27,9 @@ is a report (not a timed test) of four checks on one `ReplayRun`:
    per-root ratio of replay to native latency and its median (roots matched by id, or by id
    without the cohort prefix `"<cohort>/"` that multi-cohort trace sets add).
 
-`passed` is True when the work matches, causal arms have no early releases and lateness p99 meets
-the goal; the ratio is informational (a replay under a different rule *should* differ).
+`passed` is True when every op completed, the work matches, causal arms have no early releases and
+lateness p99 meets the goal; the ratio is informational (a replay under a different rule *should*
+differ).
 
 Examples:
     >>> from maserve_prefect.replay.driver import replay_trace
@@ -44,9 +51,11 @@ from rich.table import Table
 
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.replay.driver import ReplayRun
-from maserve_prefect.trace.model import Trace
+from maserve_prefect.trace.model import OpStatus, Trace
 
 LATENESS_GOAL_MS = 1.0
+MAX_IDS_IN_ROW = 10
+"""Op ids a table row or verdict lists before it says how many more there are."""
 
 
 @dataclass(slots=True)
@@ -65,8 +74,10 @@ class ConformanceReport:
 
     Attributes:
         arm / rule / non_causal: which run this is; non-causal arms are reference arms.
-        num_ops_checked: ops with a recorded input or output count that were compared.
+        num_ops_checked: completed ops with a recorded input or output count that were compared.
         token_mismatches: ops whose realized counts differ (empty when the work was kept).
+        incomplete_ops: ids of ops that never completed (the run ended first), sorted.
+        failed_ops: ids of ops the replay failed though the recorded run did not, sorted.
         num_early_releases: ops released before a required predecessor completed.
         num_released: ops with a wall-clock release measurement.
         lateness_p50_ms / lateness_p99_ms / lateness_max_ms: driver reaction cost (None if
@@ -91,6 +102,13 @@ class ConformanceReport:
     root_ratio: dict[str, float] = field(default_factory=dict)
     root_ratio_median: float | None = None
     basis: str = "driver reaction"
+    incomplete_ops: list[str] = field(default_factory=list)
+    failed_ops: list[str] = field(default_factory=list)
+
+    @property
+    def completed_ok(self) -> bool:
+        """True when every op completed (none incomplete, none newly failed)."""
+        return not self.incomplete_ops and not self.failed_ops
 
     @property
     def early_releases_ok(self) -> bool:
@@ -104,8 +122,13 @@ class ConformanceReport:
 
     @property
     def passed(self) -> bool:
-        """Work kept, no early release on a causal arm, lateness p99 within the goal."""
-        return not self.token_mismatches and self.early_releases_ok and self.lateness_ok
+        """Every op completed, work kept, no early release on a causal arm, lateness in goal."""
+        return (
+            self.completed_ok
+            and not self.token_mismatches
+            and self.early_releases_ok
+            and self.lateness_ok
+        )
 
     def row(self) -> dict[str, Any]:
         """A flat row for tables, JSON and Prefect artifacts."""
@@ -114,6 +137,10 @@ class ConformanceReport:
             "rule": self.rule,
             "non_causal": self.non_causal,
             "ops_checked": self.num_ops_checked,
+            "incomplete_ops": len(self.incomplete_ops),
+            "incomplete_op_ids": _ids(self.incomplete_ops),
+            "failed_ops": len(self.failed_ops),
+            "failed_op_ids": _ids(self.failed_ops),
             "token_mismatches": len(self.token_mismatches),
             "early_releases": self.num_early_releases,
             "released": self.num_released,
@@ -127,11 +154,51 @@ class ConformanceReport:
         }
 
 
-def token_mismatches(replayed: Trace, source: Trace) -> tuple[int, list[TokenMismatch]]:
-    """(ops compared, mismatches) of realized vs recorded input/output token counts."""
+def _ids(op_ids: list[str], limit: int = MAX_IDS_IN_ROW) -> str:
+    """The first `limit` ids, comma-separated, and how many more."""
+    more = len(op_ids) - limit
+    return ", ".join(op_ids[:limit]) + (f" +{more} more" if more > 0 else "")
+
+
+def unfinished_ops(replayed: Trace, source: Trace) -> tuple[list[str], list[str]]:
+    """(incomplete, failed) op ids of a replay, sorted (see the module docstring).
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, OpTimes
+        >>> src = Trace(manifest=Manifest(trace_id="t"), ops=[
+        ...     OpRecord(op_id=i, root_id="r", kind=OpKind.TOOL) for i in ("a", "b", "c")])
+        >>> rep = src.model_copy(update={"ops": [
+        ...     OpRecord(op_id="a", root_id="r", kind=OpKind.TOOL, times=OpTimes(completed_s=1.0)),
+        ...     OpRecord(op_id="b", root_id="r", kind=OpKind.TOOL, status=OpStatus.FAILED,
+        ...              times=OpTimes(completed_s=1.0)),
+        ...     OpRecord(op_id="c", root_id="r", kind=OpKind.TOOL, status=OpStatus.INCOMPLETE)]})
+        >>> unfinished_ops(rep, src)
+        (['c'], ['b'])
+    """
+    recorded = source.op_index()
+    incomplete, failed = [], []
+    for op_id, op in replayed.op_index().items():
+        if op.status is OpStatus.FAILED:
+            was = recorded.get(op_id)
+            if was is None or was.status is not OpStatus.FAILED:
+                failed.append(op_id)
+        elif op.times.completed_s is None:
+            incomplete.append(op_id)
+    return sorted(incomplete), sorted(failed)
+
+
+def token_mismatches(
+    replayed: Trace, source: Trace, skip: frozenset[str] = frozenset()
+) -> tuple[int, list[TokenMismatch]]:
+    """(ops compared, mismatches) of realized vs recorded input/output token counts.
+
+    Ops in `skip` (those that did not complete) are not compared.
+    """
     realized = replayed.op_index()
     checked, bad = 0, []
     for op in source.ops:
+        if op.op_id in skip:
+            continue
         got = realized.get(op.op_id)
         compared = False
         for name in ("num_input_tokens", "num_output_tokens"):
@@ -195,7 +262,8 @@ def audit(run: ReplayRun, native_trace: Trace | None = None) -> ConformanceRepor
         >>> audit(replay_trace(t, None, rule="flat", lock="length")).non_causal
         True
     """
-    checked, bad = token_mismatches(run.trace, run.source)
+    incomplete, failed = unfinished_ops(run.trace, run.source)
+    checked, bad = token_mismatches(run.trace, run.source, frozenset(incomplete + failed))
     wall = run.pool is None and bool(run.release_lag_s)
     late = wall_lateness_ms(run) if wall else lateness_ms(run.release_wall_ns)
     p50 = p99 = mx = None
@@ -218,6 +286,8 @@ def audit(run: ReplayRun, native_trace: Trace | None = None) -> ConformanceRepor
         root_ratio=ratios,
         root_ratio_median=float(np.median(list(ratios.values()))) if ratios else None,
         basis="engine completion -> release" if wall else "driver reaction",
+        incomplete_ops=incomplete,
+        failed_ops=failed,
     )
 
 
@@ -234,8 +304,8 @@ def render(reports: list[ConformanceReport], *, title: str = "conformance audit"
     """
     table = Table(title=f"{title} (lateness on the driver's wall clock, goal p99 <= "
                   f"{LATENESS_GOAL_MS:g} ms)")  # fmt: skip
-    cols = ("arm", "rule", "ops", "token mismatch", "early", "p50 ms", "p99 ms", "max ms",
-            "replay/native", "verdict")  # fmt: skip
+    cols = ("arm", "rule", "ops", "incomplete", "failed", "token mismatch", "early", "p50 ms",
+            "p99 ms", "max ms", "replay/native", "verdict")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="left" if col in ("arm", "rule", "verdict") else "right")
     for r in reports:
@@ -243,7 +313,8 @@ def render(reports: list[ConformanceReport], *, title: str = "conformance audit"
         verdict = "ok" if r.passed else _why(r)
         ratio = "-" if r.root_ratio_median is None else f"{r.root_ratio_median:.2f}"
         table.add_row(
-            r.arm, rule, str(r.num_ops_checked), str(len(r.token_mismatches)),
+            r.arm, rule, str(r.num_ops_checked), str(len(r.incomplete_ops)),
+            str(len(r.failed_ops)), str(len(r.token_mismatches)),
             str(r.num_early_releases), _ms(r.lateness_p50_ms), _ms(r.lateness_p99_ms),
             _ms(r.lateness_max_ms), ratio, verdict,
         )  # fmt: skip
@@ -252,6 +323,10 @@ def render(reports: list[ConformanceReport], *, title: str = "conformance audit"
 
 def _why(r: ConformanceReport) -> str:
     reasons = []
+    if r.incomplete_ops:
+        reasons.append(f"{len(r.incomplete_ops)} ops incomplete ({_ids(r.incomplete_ops, 3)})")
+    if r.failed_ops:
+        reasons.append(f"{len(r.failed_ops)} ops failed ({_ids(r.failed_ops, 3)})")
     if r.token_mismatches:
         first = r.token_mismatches[0]
         reasons.append(f"work changed ({first.op_id} {first.field})")

@@ -50,6 +50,7 @@ from maserve_prefect.engine.sim.pool import SimPool
 from maserve_prefect.engine.sim.trace_replay import op_submit_time
 from maserve_prefect.engine.target import EngineTarget, parse_engine
 from maserve_prefect.errors import ConfigError, SimulationError, TraceValidationError
+from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.replay.arrivals import (
     ArrivalProcess,
     BurstArrivals,
@@ -74,6 +75,7 @@ from maserve_prefect.trace.release import (
     ReleaseRule,
     StageBarrier,
     apply_barrier,
+    barrier_edges,
     release_predecessors,
 )
 
@@ -145,6 +147,17 @@ class ReplayRun:
     release_wall_ns: dict[str, tuple[int, int]] = field(default_factory=dict)
     release_lag_s: dict[str, tuple[float, float]] = field(default_factory=dict)
     num_incomplete_ops: int = 0
+
+    def root_status(self) -> dict[str, RootStatus]:
+        """Root id → its status in this replay (`metrics.task`: failed if an answer op failed,
+        completed if every answer op completed, else incomplete). A root without ops is
+        completed once it arrived."""
+        has_ops = {op.root_id for op in self.trace.ops}
+        out: dict[str, RootStatus] = {}
+        for r in root_latencies(self.trace):
+            empty_done = r.root_id not in has_ops and r.root_id in self.root_latency_s
+            out[r.root_id] = RootStatus.COMPLETED if empty_done else r.status
+        return out
 
     def step_rows(self) -> list[dict[str, object]]:
         """The pool's step records, one row per (step, scheduled request); join on request_id.
@@ -269,9 +282,13 @@ class _Driver:
         self.release_lag[op_id] = (self.pred_done.get(op_id, trigger_t), now)
         if op.kind is not OpKind.MODEL:
             rec.num_input_tokens, rec.num_output_tokens = op.num_input_tokens, op.num_output_tokens
-            rec.status = op.status
+
+            def finished() -> None:  # the recorded outcome, once the recorded duration is over
+                rec.status = op.status
+                self._complete(op_id)
+
             self.wall_ns[op_id] = (trigger_ns, time.perf_counter_ns())
-            self.clock.call_at(now + op_duration(op), lambda: self._complete(op_id), URGENT)
+            self.clock.call_at(now + op_duration(op), finished, URGENT)
             return
         request = self.requests[op_id]
         unit = Unit(
@@ -393,14 +410,18 @@ def replay_trace(
         lock: model-input contract, "token" or "length" (`replay.work`).
         slots: root ids in arrival-slot order (default: recorded arrival order).
         name: the arm name, written into the replay trace's id and notes.
-        notes: more manifest notes (scenario name, block, ...).
+        notes: more manifest notes (scenario name, block, ...). Under Barrier the replay notes
+            also list the edges the barrier added as `barrier_edges`: `[src, dst, note]` each,
+            the note naming the barrier (e.g. "stage analyst_a -> analyst_b").
         engine: "sim" (virtual time, deterministic) or a real engine (`openai:URL`), replayed
             in wall time; ops that fail there (server gone) are counted, never raised.
         replicas_factory: builds the replicas on the run's wall clock (default for a real
             engine: one OpenAI-compatible replica per deployment, all on the target server);
             giving one replays in wall time whatever `engine` says (it then only labels the run).
         timeout_s: wall-clock limit of a real-engine replay; ops not done by then are reported
-            as incomplete.
+            as incomplete, roots not done have no latency (None: no limit; a scenario always
+            passes one, `Scenario.wall_timeout_s`). The simulator ignores it: virtual time
+            cannot hang, and ops that never complete there raise `SimulationError`.
 
     Raises:
         IllegalReleaseError: the barrier names unknown ops, crosses roots or makes a cycle.
@@ -418,7 +439,13 @@ def replay_trace(
     rule, lock = ReleaseRule(rule), InputLock(lock)
     if barrier and rule is not ReleaseRule.BARRIER:
         raise ConfigError(f"barrier edges given for the {rule} rule; use `release: barrier`")
-    source = apply_barrier(trace, barrier) if rule is ReleaseRule.BARRIER else trace
+    source = trace
+    if rule is ReleaseRule.BARRIER:
+        added = barrier_edges(trace, barrier)
+        source = apply_barrier(trace, added)
+        # `Dep` has no note: the replay trace's notes say which barrier added each edge.
+        edges = [[e.src_op, e.dst_op, e.note] for e in added]
+        notes = {**(notes or {}), "barrier_edges": edges}
     order = list(slots) if slots is not None else slot_order(source)
     known = {r.root_id for r in source.roots}
     if sorted(order) != sorted(known):

@@ -12,10 +12,11 @@ computed and locked once, before any arm runs). Errors name the file and the fie
     placement: interleaved         # target roots spread over the slots, or `clustered`
     arrivals: {kind: poisson, rate_per_s: 0.5, seed: 0}   # burst | explicit | trace | closed_loop
     lock: token                    # token | length (model-input contract)
-    initial_state: drained         # each arm starts on a fresh, warm, empty pool
+    initial_state: drained         # each arm starts on a fresh pool / a drained server
     window: {start_s: 0.0, end_s: null}                   # roots arriving in it are measured
     deadlines: {classes: {fork_join: 30.0}, reference: {factor: 1.5, quantile: 0.95}}
     blocks: 2                      # paired blocks, arm order alternating, fresh seed per block
+    timeout_s: 600                 # wall-clock limit per arm run on a real engine (sim: unused)
     arms:
       - {name: dag, release: dag}
       - {name: barrier, release: barrier, barrier: [{before: analyst_a, after: analyst_b}]}
@@ -23,6 +24,11 @@ computed and locked once, before any arm runs). Errors name the file and the fie
          overrides: {main: {max_num_seqs: 8, gpu_memory_utilization: 0.5}}}
 
 Relative paths (bundles, pool files) are resolved against the scenario file's folder.
+
+On a real engine (`engine: openai:URL`) every arm replay — and the deadline reference replay — runs
+in wall time under `timeout_s` (default `DEFAULT_WALL_TIMEOUT_S`): a stuck op ends the arm with
+its unfinished ops and roots reported, never a hang. The simulator runs in virtual time, where
+nothing can hang, and ignores the field.
 
 Examples:
     >>> s = Scenario.model_validate({"name": "x", "cohorts": [{"name": "t", "bundle": "b"}],
@@ -38,10 +44,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from maserve_prefect.engine.target import parse_engine
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay import arrivals as arr
 from maserve_prefect.trace.release import BarrierEdge, ReleaseRule, StageBarrier
 from maserve_prefect.yamlfiles import read_yaml_mapping
+
+DEFAULT_WALL_TIMEOUT_S = 1800.0
+"""Wall-clock limit of one arm run on a real engine when the scenario sets no `timeout_s`: long
+enough for a demo-scale arm on a slow server, short enough that a stuck op ends the run."""
 
 
 class _Model(BaseModel):
@@ -193,10 +204,17 @@ class Window(_Model):
 
 
 class Reference(_Model):
-    """Deadline = factor × quantile of a class's root latency in a low-load reference replay."""
+    """Deadline = factor × quantile of a class's root latency in a low-load reference replay.
+
+    The reference replays on `pool` as written (no arm's overrides), so the deadlines do not
+    depend on arm order or on any arm's serving knobs. Without `pool` it is the pool file every
+    arm names (the shipped default pool when they name none); arms on different pool files must
+    name the reference's pool.
+    """
 
     factor: float = Field(default=1.5, gt=0)
     quantile: float = Field(default=0.95, gt=0, le=1)
+    pool: Path | None = None
 
 
 class Deadlines(_Model):
@@ -219,6 +237,7 @@ class Scenario(_Model):
     window: Window = Window()
     deadlines: Deadlines = Deadlines()
     blocks: int = Field(default=1, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
     arms: tuple[Arm, ...] = Field(min_length=1)
     base_dir: Path = Path(".")
 
@@ -231,6 +250,39 @@ class Scenario(_Model):
             if len(set(names)) != len(names):
                 raise ValueError(f"{what} names must be unique, got {names}")
         return self
+
+    @model_validator(mode="after")
+    def _reference_pool_known(self) -> Scenario:
+        ref = self.deadlines.reference
+        pools = {a.pool for a in self.arms}
+        if ref is not None and ref.pool is None and len(pools) > 1:
+            named = ", ".join(sorted(str(p) if p is not None else "(default)" for p in pools))
+            raise ValueError(
+                f"arms use different pool files ({named}); set deadlines.reference.pool to the "
+                "pool the deadline reference replays on"
+            )
+        return self
+
+    def reference_pool(self) -> Path | None:
+        """The pool file of the deadline reference replay (None: the shipped default pool)."""
+        ref = self.deadlines.reference
+        if ref is not None and ref.pool is not None:
+            return ref.pool
+        return self.arms[0].pool  # every arm names the same pool file (checked above)
+
+    def wall_timeout_s(self) -> float | None:
+        """The wall-clock limit of one arm run: None on the simulator, else `timeout_s` or
+        `DEFAULT_WALL_TIMEOUT_S`.
+
+        Examples:
+            >>> s = Scenario.model_validate({"name": "x", "engine": "openai:http://h:1",
+            ...     "cohorts": [{"name": "t", "bundle": "b"}], "arms": [{"name": "dag"}]})
+            >>> s.wall_timeout_s(), s.model_copy(update={"engine": "sim"}).wall_timeout_s()
+            (1800.0, None)
+        """
+        if parse_engine(self.engine).is_sim:
+            return None
+        return self.timeout_s if self.timeout_s is not None else DEFAULT_WALL_TIMEOUT_S
 
     def path(self, p: Path) -> Path:
         """`p` resolved against the scenario file's folder."""

@@ -9,7 +9,10 @@ merged roots are put in a fixed slot order that the arrival process then times:
   steady background load;
 - `clustered`: the target roots sit together in the middle of the background roots.
 
-Within a cohort, roots keep their recorded arrival order.
+Within a cohort, roots keep their recorded arrival order. The merged manifest's `source` is the
+cohorts' common source (`"native"` when every cohort was realized natively), else `"mixed"`:
+consumers that compare a replay with its native run (the replay/native latency ratio) must not
+take a set holding imported or replayed cohorts for a native one.
 
 Examples:
     >>> from maserve_prefect.trace.model import Manifest, RootRecord, Trace
@@ -30,6 +33,9 @@ from maserve_prefect.replay.driver import slot_order
 from maserve_prefect.replay.scenario import Cohort, Scenario
 from maserve_prefect.trace.cas import BlobStore, MemoryStore
 from maserve_prefect.trace.model import Manifest, Trace
+
+MIXED_SOURCE = "mixed"
+"""`Manifest.source` of a merged trace set whose cohorts come from different sources."""
 
 
 @dataclass(slots=True)
@@ -166,8 +172,13 @@ def build_trace_set(
         stages += t.stages
         sessions += t.sessions
         ops += t.ops
+    sources = {m.source for m in manifests}
     manifest = (
-        Manifest(trace_id=f"scenario-{scenario.name}", notes={"cohorts": notes})
+        Manifest(
+            trace_id=f"scenario-{scenario.name}",
+            source=sources.pop() if len(sources) == 1 else MIXED_SOURCE,
+            notes={"cohorts": notes},
+        )
         if many
         else manifests[0]
     )

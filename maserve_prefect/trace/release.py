@@ -17,6 +17,9 @@ reports flag them.
 Barrier edges become `Dep(kind=CONTROL, required=False, origin=BARRIER)` on the successor:
 `required=False` because they are added release constraints, not recorded necessities, and
 `origin=BARRIER` is what tells them apart from recorded deps (the DAG rule drops exactly those).
+Which barrier added an edge (e.g. "stage analyst_a -> analyst_b") is not stored on the `Dep`:
+`barrier_edges` lists the added edges with their notes, and the replay driver keeps that list in
+the replay trace's notes.
 
 Examples:
     >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
@@ -159,10 +162,46 @@ def _raise_if_cyclic(g: nx.DiGraph, what: str) -> None:
     )
 
 
+def barrier_edges(trace: Trace, edges: Iterable[BarrierEdge | StageBarrier]) -> list[BarrierEdge]:
+    """The op edges a barrier really adds to `trace`, each with its note, in the order given.
+
+    Stage barriers are expanded (`expand_stage_barrier`, note "stage a -> b"); an edge whose pair
+    is already linked by a dep, or listed earlier, adds nothing and is left out. The replay driver
+    writes this list into the replay trace's notes, so a bundle says which barrier added each
+    edge (`Dep` itself carries only `origin=BARRIER`). Cycles are not checked here
+    (`apply_barrier` does).
+
+    Raises:
+        IllegalReleaseError: an edge names an unknown op or crosses roots, or a stage barrier
+            matches no root.
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
+        >>> tr = Trace(manifest=Manifest(trace_id="x"), ops=[
+        ...     OpRecord(op_id="r/a", root_id="r", stage_id="s1", kind=OpKind.MODEL),
+        ...     OpRecord(op_id="r/b", root_id="r", stage_id="s2", kind=OpKind.MODEL)])
+        >>> barrier_edges(tr, [StageBarrier("s1", "s2"), BarrierEdge("r/a", "r/b", "dup")])
+        [BarrierEdge(src_op='r/a', dst_op='r/b', note='stage s1 -> s2')]
+    """
+    index = trace.op_index()
+    out: list[BarrierEdge] = []
+    seen: set[tuple[str, str]] = set()
+    for item in edges:
+        flat = expand_stage_barrier(trace, item) if isinstance(item, StageBarrier) else [item]
+        for edge in flat:
+            _check_edge(edge, index)
+            pair = (edge.src_op, edge.dst_op)
+            if pair in seen or edge.src_op in {d.op_id for d in index[edge.dst_op].deps}:
+                continue
+            seen.add(pair)
+            out.append(edge)
+    return out
+
+
 def apply_barrier(trace: Trace, edges: Iterable[BarrierEdge | StageBarrier]) -> Trace:
     """Return a new trace whose ops gain the barrier's control edges (all existing deps kept).
 
-    An edge whose pair is already linked by a dep adds nothing.
+    An edge whose pair is already linked by a dep adds nothing (`barrier_edges`).
 
     Args:
         trace: the recorded trace (left unchanged).
@@ -183,16 +222,9 @@ def apply_barrier(trace: Trace, edges: Iterable[BarrierEdge | StageBarrier]) -> 
         maserve_prefect.errors.IllegalReleaseError: barrier would create the cycle r/a -> r/b -> r/a; drop or reverse one of its barrier edges
     """
     index = trace.op_index()
-    flat: list[BarrierEdge] = []
-    for item in edges:
-        flat.extend(expand_stage_barrier(trace, item) if isinstance(item, StageBarrier) else [item])
     added: dict[str, list[str]] = {}
-    for edge in flat:
-        _check_edge(edge, index)
-        existing = {d.op_id for d in index[edge.dst_op].deps}
-        targets = added.setdefault(edge.dst_op, [])
-        if edge.src_op not in existing and edge.src_op not in targets:
-            targets.append(edge.src_op)
+    for edge in barrier_edges(trace, edges):
+        added.setdefault(edge.dst_op, []).append(edge.src_op)
     g = _dep_graph(index.values())
     g.add_edges_from((src, dst) for dst, srcs in added.items() for src in srcs)
     _raise_if_cyclic(g, "barrier")

@@ -179,6 +179,7 @@ def test_sleep_mode_adds_flag_and_dev_mode_env() -> None:
     assert "VLLM_CPU_KVCACHE_SPACE" not in env  # would override --kv-cache-memory-bytes
     assert env["X"] == "1" and env["PATH"] == "/bin"
     assert "VLLM_SERVER_DEV_MODE" not in VLLMServerConfig("/m").server_env({})
+    assert VLLMServerConfig("/m", dev_endpoints=True).server_env({})["VLLM_SERVER_DEV_MODE"] == "1"
 
 
 @pytest.mark.parametrize(

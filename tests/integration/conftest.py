@@ -67,6 +67,7 @@ def server_config(model: Path, **overrides: object) -> VLLMServerConfig:
         "kv_cache_memory_bytes": KV_CACHE,
         "scheduling_policy": "priority",
         "max_num_seqs": MAX_NUM_SEQS,
+        "dev_endpoints": True,  # /reset_prefix_cache: replay arms start drained
     }
     base.update(overrides)
     return VLLMServerConfig(**base)  # type: ignore[arg-type]

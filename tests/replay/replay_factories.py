@@ -1,9 +1,22 @@
-"""Tiny synthetic traces for replay tests that need no native run."""
+"""Tiny synthetic traces for replay tests that need no native run, and wall-clock replica
+factories: simulated replicas paced on the replay's wall clock stand in for a server (the real
+vLLM runs in the integration tests)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 
+from maserve_prefect.clock import WallClock
+from maserve_prefect.engine.protocol import (
+    Acceptance,
+    Capabilities,
+    Control,
+    Request,
+    Ticket,
+)
+from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.engine.sim.step_time import make_step_model
 from maserve_prefect.trace.model import (
     Dep,
     EdgeKind,
@@ -51,3 +64,62 @@ def make_trace(
                 )
             )
     return Trace(manifest=Manifest(trace_id="toy"), roots=roots, stages=stages, ops=ops)
+
+
+Factory = Callable[[WallClock, Sequence[str]], tuple[Sequence[object], Callable[[], None]]]
+
+
+def paced_sim(
+    clock: WallClock, deployments: Sequence[str]
+) -> tuple[list[SimReplica], Callable[[], None]]:
+    """One simulated replica per deployment, paced on the run's wall clock."""
+    model = make_step_model("Qwen3-0.6B", "H100")
+    reps = [SimReplica(clock, model, 2000, name=f"wall-{d}", deployment=d) for d in deployments]
+    return reps, lambda: None
+
+
+def scaled(scale: float) -> Factory:
+    """`paced_sim` with the run's clock slowed: 1 simulated second takes `scale` wall seconds."""
+
+    def factory(
+        clock: WallClock, deployments: Sequence[str]
+    ) -> tuple[Sequence[object], Callable[[], None]]:
+        clock.scale = scale
+        return paced_sim(clock, deployments)
+
+    return factory
+
+
+class Wrapped:
+    """A paced simulated replica that rejects the requests named in `reject` and can hide its
+    token-id support."""
+
+    def __init__(self, inner: SimReplica, reject: set[str], token_ids: bool = True) -> None:
+        self.inner, self.reject, self.token_ids = inner, reject, token_ids
+        self.name, self.deployment = inner.name, inner.deployment
+
+    def __getattr__(self, attr: str) -> object:
+        return getattr(self.inner, attr)
+
+    def capabilities(self) -> Capabilities:
+        caps = self.inner.capabilities()
+        return dataclasses.replace(
+            caps, accepts_token_ids=caps.accepts_token_ids and self.token_ids
+        )
+
+    def submit(self, request: Request, controls: Sequence[Control] = ()) -> Ticket:
+        if request.request_id in self.reject:
+            return Ticket(request.request_id, Acceptance.REJECTED, "test rejects it")
+        return self.inner.submit(request, controls)
+
+
+def wrapped(reject: Sequence[str] = (), *, token_ids: bool = True) -> Factory:
+    """`paced_sim` replicas wrapped in `Wrapped`."""
+
+    def factory(
+        clock: WallClock, deployments: Sequence[str]
+    ) -> tuple[Sequence[object], Callable[[], None]]:
+        reps, close = paced_sim(clock, deployments)
+        return [Wrapped(r, set(reject), token_ids) for r in reps], close
+
+    return factory

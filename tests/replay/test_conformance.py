@@ -111,3 +111,21 @@ def test_ratio_matches_roots_across_the_cohort_prefix() -> None:
 def test_doctests() -> None:
     result = doctest.testmod(conformance, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_recorded_failure_the_replay_reproduces_is_not_a_replay_failure() -> None:
+    from maserve_prefect.trace.model import OpStatus
+
+    run = _run()
+    failed = {"r0/a", "r1/a"}
+
+    def mark(trace: Trace, ids: set[str]) -> Trace:
+        ops = [o.model_copy(update={"status": OpStatus.FAILED}) if o.op_id in ids else o
+               for o in trace.ops]  # fmt: skip
+        return trace.model_copy(update={"ops": ops})
+
+    # r0/a failed in the recorded run too; r1/a failed only in the replay
+    rep = audit(dataclasses.replace(run, trace=mark(run.trace, failed),
+                                    source=mark(run.source, {"r0/a"})))  # fmt: skip
+    assert rep.failed_ops == ["r1/a"] and rep.incomplete_ops == [] and not rep.passed
+    assert audit(run).completed_ok

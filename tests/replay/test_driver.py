@@ -104,6 +104,72 @@ def test_tool_ops_take_their_recorded_duration(code_repair: Loaded) -> None:
     assert run.num_early_releases == 0 and run.num_failed_ops == 0
 
 
+def test_tool_ops_return_their_recorded_result(code_repair: Loaded) -> None:
+    trace, store = code_repair
+    run = replay_trace(trace, store, rule="dag")
+    recorded = trace.op_index()
+    tools = [op for op in run.trace.op_index().values() if op.kind is OpKind.TOOL]
+    assert tools
+    for op in tools:
+        want = recorded[op.op_id]
+        assert want.output_ref is not None
+        assert (op.output_ref, op.status) == (want.output_ref, want.status), op.op_id
+        store.get(op.output_ref)  # the recorded result is still in the replay's store
+    validate_trace(run.trace, store)
+
+
+def _with(trace: Trace, **updates: dict[str, object]) -> Trace:
+    """`trace` with `updates[op_id]` applied to those ops (op ids use "__" for "/")."""
+    by_id = {k.replace("__", "/"): v for k, v in updates.items()}
+    return trace.model_copy(update={"ops": [
+        op.model_copy(update=by_id[op.op_id]) if op.op_id in by_id else op for op in trace.ops
+    ]})  # fmt: skip
+
+
+@pytest.mark.parametrize("rule", ["dag", "flat"])
+def test_external_delay_holds_the_release(rule: str) -> None:
+    trace = _with(make_trace(1, model_tokens=(64, 8)),
+                  r0__a={"external_delay_s": 0.25}, r0__m={"external_delay_s": 0.5})  # fmt: skip
+    run = replay_trace(trace, None, rule=rule, lock="length")
+    ops = run.trace.op_index()
+    arrival = run.root_arrival_s["r0"]
+    assert ops["r0/a"].times.ready_s == arrival + 0.25
+    assert ops["r0/b"].times.ready_s == arrival
+    # DAG: after its data predecessor plus the delay; Flat: after the root's arrival plus it
+    after = ops["r0/a"].times.completed_s if rule == "dag" else arrival
+    assert ops["r0/m"].times.ready_s == after + 0.5
+    assert ops["r0/m"].times.completed_s > ops["r0/m"].times.ready_s
+
+
+def test_arrival_rule_releases_at_the_recorded_submission_offset() -> None:
+    from maserve_prefect.replay.arrivals import ExplicitArrivals
+    from maserve_prefect.trace.model import OpTimes
+
+    trace = _with(make_trace(1, model_tokens=(64, 8)),
+                  r0__a={"times": OpTimes(ready_s=0.1, submitted_s=0.3)},
+                  r0__b={"times": OpTimes(ready_s=0.2)},  # no submission time: ready time
+                  r0__m={"times": OpTimes(ready_s=0.4, submitted_s=0.5)})  # fmt: skip
+    # recorded: root r0 arrived at 0 s; replayed: it arrives at 4 s
+    run = replay_trace(trace, None, rule="arrival", lock="length",
+                       arrivals=ExplicitArrivals((4.0,)))  # fmt: skip
+    ops = run.trace.op_index()
+    arrival = run.root_arrival_s["r0"]
+    assert arrival - run.start_s == pytest.approx(4.0) and run.non_causal
+    ready = [ops[f"r0/{o}"].times.ready_s for o in ("a", "b", "m")]
+    assert ready == [arrival + 0.3, arrival + 0.2, arrival + 0.5]
+    # the model op is released before its data predecessor (a: 1 s tool) completed: non-causal
+    assert run.num_early_releases == 1
+
+
+def test_barrier_replay_notes_which_barrier_added_each_edge() -> None:
+    run = replay_trace(make_trace(2), None, rule="barrier", lock="length",
+                       barrier=[StageBarrier("s1", "s2")])  # fmt: skip
+    edges = run.trace.manifest.notes["replay"]["barrier_edges"]
+    assert edges == [["r0/a", "r0/b", "stage s1 -> s2"], ["r1/a", "r1/b", "stage s1 -> s2"]]
+    ops = run.trace.op_index()
+    assert ops["r0/b"].times.ready_s == ops["r0/a"].times.completed_s
+
+
 def test_token_lock_refuses_another_tokenizer(four_call: Loaded) -> None:
     trace, store = four_call
     op = next(op for op in trace.ops if op.kind is OpKind.MODEL)

@@ -1,4 +1,5 @@
-"""The replay modules' docstring examples run."""
+"""The replay modules' docstring examples run, and those of the modules replay owns elsewhere
+(release rules, the real-engine drain)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ MODULES = [
     "maserve_prefect.replay.scenario",
     "maserve_prefect.replay.traceset",
     "maserve_prefect.replay.arms",
+    "maserve_prefect.trace.release",
+    "maserve_prefect.engine.openai.wall",
 ]
 
 

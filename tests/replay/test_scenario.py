@@ -9,7 +9,7 @@ from replay_factories import make_trace
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay.arms import arm_pool_file, run_scenario
-from maserve_prefect.replay.scenario import load_scenario, parse_scenario
+from maserve_prefect.replay.scenario import DEFAULT_WALL_TIMEOUT_S, load_scenario, parse_scenario
 from maserve_prefect.replay.traceset import place_slots
 from maserve_prefect.trace.cas import MemoryStore
 
@@ -107,3 +107,68 @@ def test_each_arm_is_one_prefect_flow_run() -> None:
     res = run_scenario(parse_scenario(_scenario()), prefect=True, loaded=TOY)
     ids = [r.flow_run_id for r in res.results]
     assert all(ids) and len(set(ids)) == 2
+
+
+def test_timeout_applies_to_real_engines_only() -> None:
+    real = parse_scenario(_scenario(engine="openai:http://127.0.0.1:9", timeout_s=30))
+    assert real.wall_timeout_s() == 30.0
+    default = parse_scenario(_scenario(engine="openai:http://127.0.0.1:9"))
+    assert default.wall_timeout_s() == DEFAULT_WALL_TIMEOUT_S
+    assert parse_scenario(_scenario(timeout_s=30)).wall_timeout_s() is None  # virtual time
+    with pytest.raises(ConfigError, match=r"timeout_s: Input should be greater than 0"):
+        parse_scenario(_scenario(timeout_s=0))
+
+
+def _slow_first(arms: list[dict[str, object]]) -> dict[str, object]:
+    return _scenario(
+        arms=arms, deadlines={"reference": {"factor": 1.0, "quantile": 1.0}},
+        cohorts=[{"name": "tgt", "bundle": "unused"}],
+    )  # fmt: skip
+
+
+def test_reference_pool_ignores_arm_overrides_and_order() -> None:
+    toy = make_trace(1, tool_s=(0.01, 0.01), model_tokens=(2048, 16))
+    loaded = {"tgt": (toy, MemoryStore())}
+    slow = {"name": "slow", "overrides": {"main": {"max_num_batched_tokens": 16}}}
+    fast = {"name": "fast"}
+    one = run_scenario(parse_scenario(_slow_first([slow, fast])), prefect=False, loaded=loaded)
+    two = run_scenario(parse_scenario(_slow_first([fast, slow])), prefect=False, loaded=loaded)
+    # the override matters (16-token prefill chunks), yet both orders lock the same deadline
+    arms = {r.summary.arm: r.summary.latency_p50_s for r in one.results}
+    assert arms["slow"] > arms["fast"]
+    assert one.deadlines_s == two.deadlines_s == {"toy": max(one.reference_latency_s["toy"])}
+    assert one.reference_latency_s["toy"] == [arms["fast"]]  # one root: the burst is the reference
+    assert one.reference_state == "fresh simulated pool"
+
+
+def test_arms_on_different_pools_must_name_the_reference_pool(tmp_path: Path) -> None:
+    arms = [{"name": "a"}, {"name": "b", "pool": "other.yaml"}]
+    ref = {"factor": 1.5}
+    with pytest.raises(ConfigError, match=r"set deadlines\.reference\.pool"):
+        parse_scenario(_scenario(arms=arms, deadlines={"reference": ref}))
+    named = parse_scenario(_scenario(arms=arms, deadlines={"reference": ref | {"pool": "p.yaml"}}))
+    assert named.reference_pool() == Path("p.yaml")
+    assert parse_scenario(_scenario(arms=arms)).deadlines.reference is None  # no reference: ok
+
+
+def test_merged_trace_set_keeps_a_common_source_or_says_mixed() -> None:
+    from maserve_prefect.replay.traceset import build_trace_set
+
+    two = _scenario(cohorts=[{"name": "tgt", "bundle": "x"}, {"name": "bg", "bundle": "y"}])
+    native = TOY | {"bg": (make_trace(1), MemoryStore())}
+    assert build_trace_set(parse_scenario(two), native).trace.manifest.source == "native"
+    imported = make_trace(1)
+    imported = imported.model_copy(
+        update={"manifest": imported.manifest.model_copy(update={"source": "mooncake"})}
+    )
+    mixed = TOY | {"bg": (imported, MemoryStore())}
+    assert build_trace_set(parse_scenario(two), mixed).trace.manifest.source == "mixed"
+
+
+def test_one_root_class_for_deadlines_and_metrics() -> None:
+    from maserve_prefect.metrics import task
+    from maserve_prefect.replay import arms
+    from maserve_prefect.trace.model import RootRecord
+
+    assert arms.root_class is task.root_class
+    assert task.root_class(RootRecord(root_id="r")) == task.DEFAULT_CLASS == "default"

@@ -72,6 +72,10 @@ class VLLMServerConfig:
             over ZMQ (it connects; the subscriber binds), topic `kv_events_topic`.
         enable_sleep_mode: pass `--enable-sleep-mode` and set `VLLM_SERVER_DEV_MODE=1` so the
             `/sleep`, `/wake_up`, `/is_sleeping` endpoints exist (GPU builds only).
+        dev_endpoints: set `VLLM_SERVER_DEV_MODE=1` so vLLM's development endpoints exist,
+            among them `POST /reset_prefix_cache`, which drained replay arms use
+            (`engine.openai.wall.drain_server`); implied by `enable_sleep_mode`. Off by
+            default: the endpoints let any client drop the server's cache.
         cpus: a `taskset -c` list ("0", "2-3", "0,2") pinning the server to its own cores.
         worker_in_process: run vLLM's model worker inside the engine-core process
             (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which lets the CPU platform keep the `uni`
@@ -97,6 +101,7 @@ class VLLMServerConfig:
     kv_events_endpoint: str | None = None
     kv_events_topic: str = "kv"
     enable_sleep_mode: bool = False
+    dev_endpoints: bool = False
     cpus: str | None = None
     worker_in_process: bool = True
     max_num_seqs: int | None = None
@@ -187,7 +192,7 @@ class VLLMServerConfig:
             DO_NOT_TRACK="1",
             PYTHONUNBUFFERED="1",
         )
-        if self.enable_sleep_mode:
+        if self.enable_sleep_mode or self.dev_endpoints:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if self.worker_in_process:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
