@@ -23,7 +23,9 @@ from maserve_prefect.metrics.report import publish_artifacts
 
 @flow(name="maserve-suite", persist_result=False, log_prints=False)
 def maserve_suite(path: str, scale: str = "demo", capture: str | None = None) -> dict[str, Any]:
-    """Run a benchmark suite: every scenario's arms, the conformance audit, the findings.
+    """Run a benchmark suite: every scenario's arms, the conformance audit, the metric tables,
+    the findings; a progress artifact advances after each arm run (`runner.execute_suite`), and
+    every table (`SuiteResult.tables`) is published as a table artifact plus one markdown report.
 
     Args:
         path: the suite YAML file.

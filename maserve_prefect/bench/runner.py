@@ -2,15 +2,17 @@
 
 One idea: a suite run is a thin loop over `replay.arms.run_scenario` — each arm is already its
 own `maserve-replay-arm` flow run (here nested under the suite's flow run) — that adds what a
-benchmark needs around it: a progress artifact, the conformance audit of every arm run
-(`replay.conformance`), the optional findings analysis, and the result tables published as
-Prefect artifacts (`metrics.report.publish_artifacts`). The same flow is what `maserve bench
+benchmark needs around it: a progress artifact (`maserve-suite-<name>-progress`, advanced after
+each arm run), the conformance audit and the task- and engine-level metric tables of every arm
+run (`metrics.replay_report.report_scenario`, the same tables `maserve replay` prints), the
+optional findings analysis, and the result tables published as Prefect artifacts
+(`metrics.report.publish_artifacts`). The same flow is what `maserve bench
 serve` deploys, so a scheduled run and `maserve bench run` do exactly the same work. With
 `prefect=False` the loop runs without Prefect (no artifacts).
 
 The native trace given to the audit's replay/native ratio is the scenario's trace set itself
 when its manifest says it was recorded natively (the usual case: native cohorts or bundles of
-native runs).
+native runs; see `report_scenario`).
 
 Examples:
     >>> total_arm_runs([])
@@ -26,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from maserve_prefect.bench.suite import Suite, check_scale, load_suite
+from maserve_prefect.metrics.replay_report import report_scenario
 from maserve_prefect.metrics.report import Progress
 from maserve_prefect.replay.arms import ArmResult, ScenarioResult, run_scenario
-from maserve_prefect.replay.conformance import ConformanceReport, audit
+from maserve_prefect.replay.conformance import ConformanceReport
 from maserve_prefect.replay.scenario import Scenario
 
 Row = dict[str, Any]
@@ -44,6 +47,7 @@ class SuiteResult:
         suite: the parsed suite; `scale`: the scale it ran at.
         results: scenario name → its `ScenarioResult`, in suite order.
         conformance: scenario name → one `ConformanceReport` per arm run (result order).
+        metrics: scenario name → its metric tables (`metrics.replay_report.metric_tables`).
         findings: rows of the suite's `analysis` function (empty without one).
         flow_run_id: the `maserve-suite` flow run (None without Prefect).
     """
@@ -52,6 +56,7 @@ class SuiteResult:
     scale: str
     results: dict[str, ScenarioResult] = field(default_factory=dict)
     conformance: dict[str, list[ConformanceReport]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, list[Row]]] = field(default_factory=dict)
     findings: list[Row] = field(default_factory=list)
     flow_run_id: str | None = None
 
@@ -73,9 +78,20 @@ class SuiteResult:
                 rows.append({"scenario": name, "block": r.summary.block} | rep.row())
         return rows
 
+    def metric_rows(self) -> dict[str, list[Row]]:
+        """Metric table name → rows of every scenario, each row led by its scenario."""
+        out: dict[str, list[Row]] = {}
+        for name, tables in self.metrics.items():
+            for table, rows in tables.items():
+                out.setdefault(table, []).extend({"scenario": name} | r for r in rows)
+        return out
+
     def tables(self) -> dict[str, list[Row]]:
-        """Report name → rows: arms, conformance, and findings when the suite has an analysis."""
+        """Report name → rows: arms, conformance, the metric tables (completion path, stage
+        time, attempts, slo, goodput and, on the simulator, engine, replicas, co-batching,
+        preemptions), and findings when the suite has an analysis."""
         out = {"arms": self.arm_rows(), "conformance": self.conformance_rows()}
+        out |= self.metric_rows()
         if self.findings:
             out["findings"] = self.findings
         return out
@@ -124,10 +140,10 @@ def execute_suite(
             if progress is not None:
                 progress(done, total, f"{sc.name}/{r.summary.arm}/b{r.summary.block}")
 
-        res = run_scenario(sc, prefect=prefect, on_arm=on_arm)
-        native = res.trace_set.trace if res.trace_set.trace.manifest.source == "native" else None
-        out.results[sc.name] = res
-        out.conformance[sc.name] = [audit(r.run, native) for r in res.results]
+        rep = report_scenario(run_scenario(sc, prefect=prefect, on_arm=on_arm))
+        out.results[sc.name] = rep.result
+        out.conformance[sc.name] = rep.conformance
+        out.metrics[sc.name] = rep.metric_tables
     if analysis is not None:
         out.findings = list(analysis(out.results))
     return out

@@ -1,28 +1,44 @@
-"""`maserve replay SCENARIO`: run a fixed-work replay scenario and print one row per arm and block.
+"""`maserve replay SCENARIO`: run a fixed-work replay scenario and report it per arm and block.
 
 The one idea: the scenario file fixes everything but the arms (`replay.scenario`); the command
-runs it (`replay.arms.run_scenario`: deadlines locked first, then one Prefect flow run per arm on
-the managed or configured Prefect API, or none with `--no-prefect`), prints root-latency
-percentiles, completed roots, early releases and deadline attainment per arm and block (non-causal
-arms flagged), the median and range across blocks, the conformance audit of every arm run
-(`replay.conformance`), and with `--out` writes one replay bundle per
-arm and block plus `summary.json`.
+runs it (`replay.arms.run_scenario`: deadlines locked first, then one Prefect flow run per arm)
+and reports each arm run from its replay trace and step records
+(`metrics.replay_report.report_scenario`): root-latency percentiles, measured roots, early
+releases and deadline attainment per arm and block (non-causal arms flagged), the median and
+range across blocks, the task-level metric tables (completion-path shares, stage time,
+attempts, SLO attainment, goodput and goodput per accelerator) and, on the simulator, the
+engine tables (KV memory-time, arithmetic intensity, decode batch, prefill factor, co-batching,
+preemptions by class), then the conformance audit of every arm run (`replay.conformance`).
 
-Exit codes: 0 success; 1 bad input or a failed step (one red line); 2 an engine that is not
-supported yet (`--engine openai:URL`).
+The engine is `--engine` when given, else the scenario file's `engine:` field (`sim` when the
+file has none): `sim` replays on the simulator in virtual time, `openai:URL[#MODEL]` on an
+OpenAI-compatible server in wall time.
+
+With Prefect (the default; `--no-prefect` runs bare) the whole replay is one `maserve-replay`
+flow run on the managed or configured Prefect API, each arm run a nested `maserve-replay-arm`
+flow run; a progress artifact (`maserve-replay-<scenario>-progress`) advances after each arm
+run and every table is published as a table artifact plus one markdown report
+(`maserve-replay-<scenario>-*`). `--out DIR` writes one replay bundle per arm and block
+(`<arm>-b<block>/`) and `summary.json` (summaries, across-block figures and every table);
+`--plots DIR` writes the PNG plots (root-latency CDF per arm, completion-path bars, KV
+occupancy over time, the Gantt of one root).
+
+Exit codes: 0 success; 1 bad input or a failed step (one red line).
 
 Examples:
-    maserve replay scenarios/fj_barrier.yaml --out out/fj_barrier
-    maserve replay scenario.yaml --no-prefect
+    maserve replay scenarios/fj_barrier.yaml --out out/fj_barrier --plots out/fj_barrier/plots
+    maserve replay scenario.yaml --no-prefect --engine openai:http://127.0.0.1:8000
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -30,7 +46,9 @@ from rich.table import Table
 
 from maserve_prefect.cli.run_cmd import fail, parse_engine
 from maserve_prefect.errors import MaserveError
+from maserve_prefect.metrics.replay_report import ScenarioReport
 from maserve_prefect.replay.arms import ScenarioResult
+from maserve_prefect.replay.scenario import Scenario
 
 
 def _fmt(v: float | None, pct: bool = False) -> str:
@@ -74,55 +92,128 @@ def print_result(console: Console, res: ScenarioResult) -> None:
         console.print(across)
 
 
-def write_outputs(out: Path, res: ScenarioResult) -> None:
+def write_outputs(out: Path, rep: ScenarioReport) -> None:
     """One replay bundle per arm and block (`<arm>-b<block>/`) and `summary.json`."""
     from maserve_prefect.trace.bundle import export_bundle
 
+    res = rep.result
     out.mkdir(parents=True, exist_ok=True)
     for r in res.results:
         dest = out / f"{r.summary.arm}-b{r.summary.block}"
         export_bundle(r.run.trace, res.trace_set.store, dest, overwrite=True)
     summary = {
         "scenario": res.scenario.name,
+        "engine": res.scenario.engine,
         "deadlines_s": res.deadlines_s,
         "arms": [asdict(r.summary) | {"flow_run_id": r.flow_run_id} for r in res.results],
         "across_blocks": res.across_blocks(),
+        "conformance": rep.conformance_rows(),
+        "tables": rep.metric_tables,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
+def print_metrics(console: Console, rep: ScenarioReport) -> None:
+    """Every metric table (`metrics.replay_report.metric_tables`), one per metric."""
+    from maserve_prefect.metrics.report import render_table
+
+    for name, rows in rep.metric_tables.items():
+        if rows:
+            console.print(render_table(name, rows))
+        else:
+            console.print(f"{name}: none in any arm run")
+
+
+# -- running, with or without a `maserve-replay` Prefect flow run ------------------------------
+
+
+def _replay_flow(work: Callable[[], ScenarioReport]) -> Any:
+    from prefect import flow
+
+    @flow(name="maserve-replay", persist_result=False, log_prints=False, validate_parameters=False)
+    def maserve_replay(scenario: str) -> dict[str, Any]:
+        """Replay a scenario: every arm run as a nested flow run, then the report artifacts."""
+        return {"scenario": scenario, "arm_runs": len(work().result.results)}
+
+    return maserve_replay
+
+
+def run_replay(sc: Scenario, *, prefect: bool) -> ScenarioReport:
+    """Run the scenario and build its report; with `prefect`, inside one `maserve-replay` flow
+    run that keeps a progress artifact and publishes every table (needs a Prefect API)."""
+    from maserve_prefect.metrics.replay_report import publish_replay, report_scenario
+    from maserve_prefect.metrics.report import Progress
+    from maserve_prefect.replay.arms import ArmResult, run_scenario
+
+    if not prefect:
+        return report_scenario(run_scenario(sc, prefect=False))
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    box: list[ScenarioReport] = []
+
+    def work() -> ScenarioReport:
+        total = sc.blocks * len(sc.arms)
+        bar = Progress(f"replay {sc.name}", key=f"maserve-replay-{sc.name}-progress")
+        done = itertools.count(1)
+
+        def on_arm(_: ArmResult) -> None:
+            bar.update(100.0 * next(done) / total)
+
+        rep = report_scenario(run_scenario(sc, prefect=True, on_arm=on_arm))
+        publish_replay(rep)
+        box.append(rep)
+        return rep
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        _replay_flow(work).with_options(flow_run_name=sc.name)(sc.name)
+    return box[0]
+
+
 def replay_cmd(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
-    engine: Annotated[str, typer.Option(help="'sim' or 'openai:URL'.")] = "sim",
+    engine: Annotated[
+        str | None,
+        typer.Option(help="'sim' or 'openai:URL[#MODEL]'; default: the scenario's `engine:`."),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option(help="Write replay bundles and summary.json here.")
     ] = None,
+    plots: Annotated[
+        Path | None, typer.Option(help="Write the PNG plots (CDF, path bars, KV, Gantt) here.")
+    ] = None,
     prefect: Annotated[
-        bool, typer.Option("--prefect/--no-prefect", help="Record each arm as a Prefect flow run.")
+        bool, typer.Option("--prefect/--no-prefect", help="Record the replay as Prefect flow runs.")
     ] = True,
 ) -> None:
-    """Run a replay scenario's arms and print per-arm root latency, attainment, early releases."""
-    from maserve_prefect.replay.arms import run_scenario
+    """Run a replay scenario's arms and print per-arm latency, metrics and the audit."""
+    from maserve_prefect.replay.conformance import render
     from maserve_prefect.replay.scenario import load_scenario
 
     console = Console(width=130)
     try:
-        parse_engine(engine)
-        sc = load_scenario(scenario).model_copy(update={"engine": engine})
+        if engine is not None:
+            parse_engine(engine)
+        sc = load_scenario(scenario)
+        if engine is not None:
+            sc = sc.model_copy(update={"engine": engine})
+        parse_engine(sc.engine)  # the file's engine fails here too, before any work
         with ExitStack() as stack:
             if prefect:
                 from maserve_prefect import prefect_server
 
                 stack.enter_context(prefect_server.connected(prefect_server.ensure_server()))
-            with console.status("replaying"):
-                res = run_scenario(sc, prefect=prefect)
-        print_result(console, res)
-        from maserve_prefect.replay.conformance import audit, render
-
-        native = res.trace_set.trace if res.trace_set.trace.manifest.source == "native" else None
-        console.print(render([audit(r.run, native) for r in res.results]))
+            with console.status(f"replaying {sc.name} on {sc.engine}"):
+                rep = run_replay(sc, prefect=prefect)
+        print_result(console, rep.result)
+        print_metrics(console, rep)
+        console.print(render(rep.conformance))
         if out is not None:
-            write_outputs(out, res)
+            write_outputs(out, rep)
             console.print(f"wrote {out}")
+        if plots is not None:
+            from maserve_prefect.metrics.replay_report import write_plots
+
+            written = write_plots(rep.result, rep.metrics, plots)
+            console.print(f"wrote {', '.join(str(p) for p in written)}")
     except MaserveError as exc:
         fail(str(exc))

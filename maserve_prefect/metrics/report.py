@@ -181,8 +181,14 @@ def plot_kv_occupancy(
     return _save(fig, path)
 
 
-def plot_root_gantt(trace: Trace, root_id: str, path: str | Path) -> Path:
+def plot_root_gantt(
+    trace: Trace, root_id: str, path: str | Path, *, title: str | None = None
+) -> Path:
     """Gantt of one root's ops: ready→submitted, submitted→first scheduled, scheduled→done.
+
+    A missing timestamp takes the one before it, as in the completion-path ledger
+    (`metrics.path`): an op without a first-scheduled time (a tool op) draws its whole
+    submitted→completed span as scheduled. The title defaults to `root <root_id>`.
 
     Raises:
         TraceValidationError: the root has no ops in the trace.
@@ -194,16 +200,21 @@ def plot_root_gantt(trace: Trace, root_id: str, path: str | Path) -> Path:
         )
     fig, ax = _figure(8, 0.4 * len(ops) + 1.2)
     colors = {"pre-submission": "#c7c7c7", "backend wait": "#ff7f0e", "scheduled": "#1f77b4"}
+    labelled: set[str] = set()
     for y, op in enumerate(ops):
         t = op.times
-        marks = [t.ready_s, t.submitted_s, t.first_scheduled_s, t.completed_s]
+        marks: list[float | None] = []
+        for raw in (t.ready_s, t.submitted_s, t.first_scheduled_s, t.completed_s):
+            marks.append(raw if raw is not None else (marks[-1] if marks else None))
         for a, b, label in zip(marks, marks[1:], colors, strict=False):
             if a is not None and b is not None and b > a:
-                ax.barh(y, b - a, left=a, color=colors[label], label=label if y == 0 else None)
+                first = label not in labelled
+                labelled.add(label)
+                ax.barh(y, b - a, left=a, color=colors[label], label=label if first else None)
     ax.set_yticks(range(len(ops)), [o.op_id.removeprefix(f"{root_id}/") for o in ops])
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
-    ax.set_title(f"root {root_id}")
+    ax.set_title(title or f"root {root_id}")
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles, labels, fontsize="small")

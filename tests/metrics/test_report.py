@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
 from rich.console import Console
 
 from maserve_prefect.errors import ConfigError, TraceValidationError
@@ -91,6 +92,38 @@ def test_plots_write_pngs(tmp_path: Path) -> None:
         assert data[:8] == PNG_MAGIC and len(data) > 1000
     with pytest.raises(TraceValidationError, match="'nope'"):
         plot_root_gantt(trace, "nope", tmp_path / "x.png")
+
+
+def test_gantt_draws_a_tool_op_without_a_scheduled_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import maserve_prefect.metrics.report as report
+
+    trace = Trace(
+        manifest=Manifest(trace_id="t"),
+        roots=[RootRecord(root_id="r")],
+        ops=[
+            OpRecord(op_id="r/a", root_id="r", kind=OpKind.MODEL,
+                     times=OpTimes(ready_s=0.0, submitted_s=0.1, first_scheduled_s=0.5,
+                                   completed_s=2.0)),
+            OpRecord(op_id="r/b", root_id="r", kind=OpKind.TOOL,
+                     times=OpTimes(ready_s=2.0, submitted_s=2.0, completed_s=2.5)),
+        ],
+    )  # fmt: skip
+    figs: list[Figure] = []
+    save = report._save
+    monkeypatch.setattr(report, "_save", lambda fig, path: figs.append(fig) or save(fig, path))
+    plot_root_gantt(trace, "r", tmp_path / "g.png", title="dag b0: r")
+    (ax,) = figs[0].axes
+    bars = [(p.get_y() + p.get_height() / 2, p.get_x(), p.get_width()) for p in ax.patches]
+    # op a: pre-submission, backend wait, scheduled; op b (row 1): its run as scheduled
+    assert [(round(y), x, round(w, 9)) for y, x, w in bars] == [
+        (0, 0.0, 0.1), (0, 0.1, 0.4), (0, 0.5, 1.5), (1, 2.0, 0.5)
+    ]  # fmt: skip
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "pre-submission", "backend wait", "scheduled"
+    ]  # fmt: skip
+    assert ax.get_title() == "dag b0: r"
 
 
 def test_artifact_key() -> None:
