@@ -56,8 +56,16 @@ def run_cmd(
     strict: Annotated[
         bool, typer.Option(help="Exit 3 when an arm run fails its conformance audit.")
     ] = False,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics/--no-metrics",
+            help="Print the task-level metric tables (completion path, stage time, attempts, "
+            "SLO, goodput, engine) of every scenario too.",
+        ),
+    ] = True,
 ) -> None:
-    """Run a benchmark suite now and print its arms, conformance audit and findings."""
+    """Run a benchmark suite now and print its arms, conformance audit, metrics and findings."""
     from maserve_prefect.bench.runner import run_suite
     from maserve_prefect.metrics.report import render_table
     from maserve_prefect.replay.conformance import render
@@ -99,6 +107,9 @@ def run_cmd(
         console.print(f"suite {res.suite.name} ({scale}): {res.suite.description}".rstrip(": "))
         console.print(render_table("arms", res.arm_rows()))
         console.print(render([rep for reps in res.conformance.values() for rep in reps]))
+        if metrics:
+            for name, rows in res.metric_rows().items():
+                console.print(render_table(name, rows))
         if res.findings:
             console.print(render_table("findings", res.findings))
         if out is not None:

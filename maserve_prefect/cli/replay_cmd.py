@@ -64,18 +64,28 @@ def print_result(console: Console, res: ScenarioResult) -> None:
         locked = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(res.deadlines_s.items()))
         console.print(f"deadlines (locked before the arms ran): {locked}")
     table = Table(title=f"scenario {sc.name}: {len(res.trace_set.slots)} roots per arm")
-    for col in ("arm", "block", "rule", "measured", "p50 s", "p95 s", "p99 s", "attain", "early"):
+    cols = ("arm", "block", "rule", "measured", "done/failed/incompl.", "p50 s", "p95 s",
+            "p99 s", "attain", "early")  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="left" if col in ("arm", "rule") else "right")
+    states: dict[str, str] = {}
     for arm, results in res.by_arm().items():
         for r in results:
             s = r.summary
             rule = f"{s.rule} (non-causal)" if s.non_causal else s.rule
             table.add_row(
                 arm, str(s.block), rule, f"{s.num_measured}/{s.num_roots}",
+                f"{s.num_completed}/{s.num_failed_roots}/{s.num_incomplete_roots}",
                 _fmt(s.latency_p50_s), _fmt(s.latency_p95_s), _fmt(s.latency_p99_s),
                 _fmt(s.attainment, pct=True), str(s.num_early_releases),
             )  # fmt: skip
+            states[f"{arm} block {s.block}"] = s.initial_state
     console.print(table)
+    if len(set(states.values())) == 1:
+        console.print(f"every arm started from: {next(iter(states.values()))}")
+    else:
+        for where, state in states.items():
+            console.print(f"{where} started from: {state}")
     if sc.blocks > 1:
         across = Table(title=f"median (min-max) across {sc.blocks} paired blocks")
         for col in ("arm", "p50 s", "p95 s", "p99 s", "attain"):
@@ -184,6 +194,14 @@ def replay_cmd(
     prefect: Annotated[
         bool, typer.Option("--prefect/--no-prefect", help="Record the replay as Prefect flow runs.")
     ] = True,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Wall-clock limit of one arm run on a real engine, seconds (default: the "
+            "scenario's `timeout_s`); unfinished roots are reported as incomplete.",
+        ),
+    ] = None,
 ) -> None:
     """Run a replay scenario's arms and print per-arm latency, metrics and the audit."""
     from maserve_prefect.replay.conformance import render
@@ -196,6 +214,8 @@ def replay_cmd(
         sc = load_scenario(scenario)
         if engine is not None:
             sc = sc.model_copy(update={"engine": engine})
+        if timeout is not None:
+            sc = sc.model_copy(update={"timeout_s": timeout})
         parse_engine(sc.engine)  # the file's engine fails here too, before any work
         with ExitStack() as stack:
             if prefect:

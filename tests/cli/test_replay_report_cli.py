@@ -139,6 +139,8 @@ def test_replay_prints_metric_tables_and_writes_plots(tmp_path: Path) -> None:
     for header in ("backend_wait", "scheduled_residence", "prefill_factor", "decode_batch",
                    "goodput_per_accel_s", "kv_gib_s", "intensity"):  # fmt: skip
         assert header in text, header
+    # roots by status, and the state every arm started from (the simulator: a fresh pool)
+    assert "done/failed/incompl." in text and "every arm started from:" in text
 
     for name in ("latency_cdf.png", "path_bars.png", "kv_occupancy.png", "root_gantt.png"):
         data = (plots / name).read_bytes()
