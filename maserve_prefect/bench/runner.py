@@ -104,12 +104,19 @@ class SuiteResult:
             "flow_run_id": self.flow_run_id,
             "deadlines_s": {n: r.deadlines_s for n, r in self.results.items()},
             "passed": self.passed,
+            "work_ok": self.work_ok,
         } | self.tables()
 
     @property
     def passed(self) -> bool:
         """True when every arm run passed its conformance audit."""
         return all(rep.passed for reps in self.conformance.values() for rep in reps)
+
+    @property
+    def work_ok(self) -> bool:
+        """True when every arm run passed the audit's work checks (`ConformanceReport.work_ok`:
+        all that `passed` asks except the wall-clock lateness goal)."""
+        return all(rep.work_ok for reps in self.conformance.values() for rep in reps)
 
 
 def total_arm_runs(scenarios: Sequence[Scenario]) -> int:

@@ -10,12 +10,14 @@ import typer
 from bench_factories import write_suite
 from typer.testing import CliRunner
 
-from maserve_prefect.bench.serve import scheduled_suites, suite_deployment
+from maserve_prefect.bench.serve import check_servable, scheduled_suites, suite_deployment
 from maserve_prefect.cli import bench_cmd
 
 app = typer.Typer()
 app.add_typer(bench_cmd.app, name="bench")
 runner = CliRunner()
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "deployments" / "suites"
 
 
 def test_bench_run_prints_tables_and_writes_json(tmp_path: Path) -> None:
@@ -23,11 +25,16 @@ def test_bench_run_prints_tables_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "out"
     res = runner.invoke(app, ["bench", "run", str(suite), "--no-prefect", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert "conformance audit" in res.output and "flat (non-causal reference)" in res.output
+    # The flat arm is flagged as a non-causal reference (the table may wrap the label).
+    assert "conformance audit" in res.output and "flat (non-causal" in res.output
     assert "findings" in res.output
     data = json.loads((out / "toy-suite.json").read_text())
-    assert data["suite"] == "toy-suite" and data["scale"] == "demo" and data["passed"] is True
+    assert data["suite"] == "toy-suite" and data["scale"] == "demo" and data["work_ok"] is True
     assert len(data["arms"]) == 2 and len(data["conformance"]) == 2
+    assert {(r["arm"], r["non_causal"]) for r in data["conformance"]} == {
+        ("dag", False),
+        ("flat", True),
+    }
     assert data["findings"] == [{"num_scenarios": 1}]
 
 
@@ -59,3 +66,21 @@ def test_scheduled_suites_become_deployments_of_the_suite_flow(tmp_path: Path) -
     cron = deps[1].schedules[0].schedule
     assert getattr(interval, "interval", None) == dt.timedelta(seconds=5)
     assert getattr(cron, "cron", None) == "0 3 * * *"
+
+
+def test_the_shipped_suites_folder_is_servable() -> None:
+    """`maserve bench serve` (default folder) and `deployments/serve.py` find every finding
+    suite scheduled: daily crons, staggered so one runs at a time, at demo scale by default."""
+    assert (REPO / bench_cmd.DEFAULT_SUITES).resolve() == SHIPPED
+    suites = check_servable(SHIPPED)
+    assert [s.name for _, s in suites] == [
+        "finding-barrier",
+        "finding-kv-budget",
+        "finding-rate-sweep",
+        "finding-request-limit",
+    ]
+    deps = [suite_deployment(p, s) for p, s in suites]
+    crons = [getattr(d.schedules[0].schedule, "cron", None) for d in deps]
+    assert all(c is not None and c.endswith(" * * *") for c in crons)  # daily
+    assert len(set(crons)) == len(crons)
+    assert {d.parameters["scale"] for d in deps} == {"demo"}

@@ -69,7 +69,7 @@ def test_run_suite_is_one_flow_run_with_artifacts(tmp_path: Path, prefect_api: N
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     res = run_suite(write_suite(tmp_path, name="flowsuite"), "demo")
-    assert res.flow_run_id is not None and res.passed
+    assert res.flow_run_id is not None and res.work_ok  # lateness is a wall-clock figure
     assert len(res.arm_rows()) == 2
 
     async def read() -> tuple[str, str, set[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from bench_factories import write_suite
 
 SERVE = "from maserve_prefect.cli import main; main()"
+REPO = Path(__file__).resolve().parents[2]
 MAX_WAIT_S = 150.0
 
 
@@ -69,3 +71,19 @@ def test_a_served_suite_runs_on_its_schedule(tmp_path: Path, prefect_api: None) 
             proc.kill()
             proc.wait()
         log.close()
+
+
+def test_the_serve_entry_point_serves_the_shipped_suites(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python deployments/serve.py` serves `deployments/suites` (servable: see test_bench_cli)
+    and refuses a bad scale before it starts a server."""
+    spec = importlib.util.spec_from_file_location(
+        "deployments_serve", REPO / "deployments" / "serve.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.SUITES == REPO / "deployments" / "suites"
+    assert module.main(["huge"]) == 1
+    assert "unknown scale 'huge'" in capsys.readouterr().err

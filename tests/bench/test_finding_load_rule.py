@@ -34,7 +34,7 @@ def test_ladder_is_geometric_and_spans_under_to_overload() -> None:
 @pytest.mark.parametrize("scale", ["demo", "full"])
 def test_every_suite_uses_the_rung_its_finding_calls_for(scale: str) -> None:
     rungs = ladder_rates()
-    assert _rates("barrier", scale) == [rungs[0]]  # low load
+    assert set(_rates("barrier", scale)) == {rungs[0]}  # low load (every workflow)
     assert sorted(_rates("rate_sweep", scale)) == list(rungs)  # every rung
     assert _rates("kv_budget", scale) == [rungs[-1]]  # limits bind only at the top
     assert _rates("request_limit", scale) == [rungs[-1]]

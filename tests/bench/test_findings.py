@@ -3,22 +3,50 @@
 Directions are asserted only where the mechanism guarantees them at demo scale: barrier edges only
 add waits (Barrier ≥ DAG root latency at low load); a smaller KV budget can only add
 recomputation (prefill factor non-increasing in the budget). Other rows are checked for shape and
-range only. Figures are never hard-coded.
+range only. Figures are never hard-coded: where a figure is checked, the test computes it again
+from the replay traces with the metrics library.
 """
 
 from __future__ import annotations
 
+import doctest
 import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
+from bench_factories import make_trace
 
-from maserve_prefect.bench import findings
+from maserve_prefect.bench import block_figures, findings
+from maserve_prefect.bench.block_figures import DeadlineFigures, deadline_figures
 from maserve_prefect.bench.runner import run_suite
 from maserve_prefect.bench.suite import load_suite
+from maserve_prefect.metrics.task import RootStatus, root_latencies
+from maserve_prefect.replay.arms import run_scenario
+from maserve_prefect.replay.scenario import load_scenario
+from maserve_prefect.trace.bundle import export_bundle
+from maserve_prefect.trace.cas import MemoryStore
+from maserve_prefect.trace.model import (
+    Dep,
+    EdgeKind,
+    Manifest,
+    OpKind,
+    OpRecord,
+    OpStatus,
+    OpTimes,
+    RootRecord,
+    Trace,
+)
 
 SUITES = Path(__file__).resolve().parents[2] / "deployments" / "suites"
 NAMES = ("barrier", "kv_budget", "rate_sweep", "request_limit")
+
+
+def _range(text: str) -> tuple[float, float]:
+    lo, hi = text.split("–")
+    return float(lo), float(hi)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -33,18 +61,49 @@ def test_suite_files_load_at_both_scales(name: str) -> None:
             assert {a.pool.name for a in sc.arms if a.pool} == {"pool_h100_qwen3_8b.yaml"}
 
 
+@pytest.mark.parametrize("scale", ["demo", "full"])
+def test_research_barrier_serializes_the_branches_of_every_root(scale: str) -> None:
+    """The research workflow's barrier is a list of op edges: it must cover every root."""
+    suite = load_suite(SUITES / "finding_barrier.yaml")
+    (sc,) = [s for s in suite.load_scenarios(scale) if s.name == "f1-barrier-research"]
+    (cohort,) = sc.cohorts
+    assert cohort.native is not None
+    assert cohort.native.workflow == "spawn_fork_join_refinement"
+    (arm,) = [a for a in sc.arms if a.name == "barrier"]
+    edges: dict[str, set[tuple[str, str]]] = {}
+    for b in arm.barrier:
+        assert b.src is not None and b.dst is not None
+        root, src = b.src.split("/", 1)
+        root_dst, dst = b.dst.split("/", 1)
+        assert root == root_dst
+        edges.setdefault(root, set()).add((src, dst))
+    assert set(edges) == {f"r{i:04d}" for i in range(cohort.native.users)}
+    chain = {
+        (f"{stage}{i}/0", f"{stage}{i + 1}/0")
+        for stage in ("research.child", "analyze.worker")
+        for i in range(2)
+    }
+    assert all(pairs == chain for pairs in edges.values())
+
+
 def _run(name: str) -> list[dict[str, object]]:
     return run_suite(SUITES / f"finding_{name}.yaml", scale="demo", prefect=False).findings
 
 
 def test_barrier_suite_barrier_adds_latency(prefect_api: None) -> None:
     rows = _run("barrier")
-    assert {r["class"] for r in rows} == {"four_call_full", "hierarchical_summary"}
+    assert {(r["scenario"], r["class"]) for r in rows} == {
+        ("f1-barrier", "four_call_full"),
+        ("f1-barrier", "hierarchical_summary"),
+        ("f1-barrier-research", "spawn_fork_join_refinement"),
+    }
     for r in rows:
-        assert r["num_roots"] > 0
+        assert r["num_roots"] > 0 and r["blocks"] == 1
         assert r["barrier_p50_s"] >= r["dag_p50_s"]
         assert r["mean_paired_delta_s"] > 0  # serialized branches cannot finish earlier
         assert r["holds"] is True and r["measured"] == "up"
+        lo, hi = _range(r["barrier_p50_s_range"])  # one block: the range is the value
+        assert lo == pytest.approx(r["barrier_p50_s"], rel=1e-3) == hi
 
 
 def test_kv_budget_suite_factor_non_increasing(prefect_api: None) -> None:
@@ -54,7 +113,7 @@ def test_kv_budget_suite_factor_non_increasing(prefect_api: None) -> None:
     assert all(f >= 1.0 - 1e-12 for f in factors)
     assert factors == sorted(factors, reverse=True)
     assert all(r["root_p95_s"] > 0 for r in rows)
-    assert {"factor_vs_smaller", "p95_vs_smaller", "holds"} <= set(rows[1])
+    assert {"factor_vs_smaller", "p95_vs_smaller", "holds", "prefill_factor_range"} <= set(rows[1])
 
 
 def test_rate_sweep_suite_rows(prefect_api: None) -> None:
@@ -69,6 +128,17 @@ def test_rate_sweep_suite_rows(prefect_api: None) -> None:
             and r["dag_goodput_per_s"] >= r["barrier_goodput_per_s"]
         )
         assert not math.isnan(r["dag_goodput_per_s"])
+    # λ* per KV budget and arm: one of the tested rates (or none), the same on every row of
+    # that budget, and a rate whose own attainment reached α.
+    for kv in (16.0, 40.0):
+        of_kv = [r for r in rows if r["kv_cache_gib"] == kv]
+        for rule in ("dag", "barrier"):
+            stars = {r[f"{rule}_lambda_star_per_s"] for r in of_kv}
+            assert len(stars) == 1
+            (star,) = stars
+            if star is not None:
+                (at,) = [r for r in of_kv if r["rate_per_s"] == star]
+                assert at[f"{rule}_attainment"] >= findings.LAMBDA_ALPHA
 
 
 def test_request_limit_suite_rows(prefect_api: None) -> None:
@@ -80,8 +150,114 @@ def test_request_limit_suite_rows(prefect_api: None) -> None:
     assert rows[1]["tps_vs_smaller"] in {"up", "down", "flat"}
 
 
+def test_rows_give_the_median_and_range_across_blocks(tmp_path: Path) -> None:
+    """Three paired blocks of a small bundle scenario: each figure is the median of the
+    per-block figures (recomputed here from each block's replay trace), not a pooled one."""
+    export_bundle(make_trace(8), MemoryStore(), tmp_path / "bundle")
+    scenario = {
+        "name": "toy-blocks",
+        "cohorts": [{"name": "t", "bundle": "bundle"}],
+        "lock": "length",
+        "arrivals": {"kind": "poisson", "rate_per_s": 4.0, "seed": 0},
+        "blocks": 3,
+        "arms": [
+            {"name": "dag", "release": "dag"},
+            {"name": "barrier", "release": "barrier", "barrier": [{"src": "r0/a", "dst": "r0/b"}]},
+        ],
+    }
+    (tmp_path / "toy.yaml").write_text(yaml.safe_dump(scenario))
+    result = run_scenario(load_scenario(tmp_path / "toy.yaml"), prefect=False)
+    (row,) = findings.barrier_rows({"toy": result})
+    assert row["blocks"] == 3 and row["class"] == "toy"
+    for arm in ("dag", "barrier"):
+        per_block = [
+            float(np.percentile([r.latency_s for r in root_latencies(res.run.trace)], 95))
+            for res in result.by_arm()[arm]
+        ]
+        assert row[f"{arm}_p95_s"] == pytest.approx(float(np.median(per_block)))
+        pooled = [
+            r.latency_s for res in result.by_arm()[arm] for r in root_latencies(res.run.trace)
+        ]
+        assert row[f"{arm}_p95_s"] != pytest.approx(float(np.percentile(pooled, 95)))
+        lo, hi = _range(row[f"{arm}_p95_s_range"])
+        assert lo == pytest.approx(min(per_block), rel=1e-3)
+        assert hi == pytest.approx(max(per_block), rel=1e-3)
+
+
+def _op(op_id: str, status: OpStatus, done_s: float | None, *deps: str) -> OpRecord:
+    return OpRecord(
+        op_id=op_id,
+        root_id=op_id.split("/")[0],
+        kind=OpKind.MODEL,
+        status=status,
+        times=OpTimes(ready_s=0.0, completed_s=done_s),
+        deps=tuple(Dep(op_id=d, kind=EdgeKind.CONTROL) for d in deps),
+    )
+
+
+def test_failed_or_unfinished_roots_never_meet_their_deadline() -> None:
+    """Each root's ops finish well within the deadline, but `b` has a failed op and `c` one
+    that never completed: only `a` meets the deadline, and only `a` counts as completed."""
+    C, F, P = OpStatus.COMPLETED, OpStatus.FAILED, OpStatus.INCOMPLETE
+    trace = Trace(
+        manifest=Manifest(trace_id="t"),
+        roots=[RootRecord(root_id=r, workflow="w", arrival_s=t) for r, t in (("a", 0), ("b", 1), ("c", 2))],
+        ops=[
+            _op("a/0", C, 1.0), _op("a/1", C, 1.5, "a/0"),
+            _op("b/0", C, 2.0), _op("b/1", F, 2.5, "b/0"),
+            _op("c/0", C, 3.0), _op("c/1", P, None, "c/0"),
+        ],
+    )  # fmt: skip
+    outcomes = root_latencies(trace)
+    assert [r.status for r in outcomes] == [
+        RootStatus.COMPLETED,
+        RootStatus.FAILED,
+        RootStatus.INCOMPLETE,
+    ]
+    figs = deadline_figures(outcomes, {"w": 10.0})
+    assert figs is not None
+    assert figs.attainment == pytest.approx(1 / 3) and figs.per_class == {"w": pytest.approx(1 / 3)}
+    assert figs.completion_ratio == pytest.approx(1 / 3)
+    # metrics.slo.task_goodput's window: arrivals [0, 2) -> roots a and b, one met, over 2 s.
+    assert figs.goodput_per_s == pytest.approx(0.5)
+    assert deadline_figures(outcomes, {"other": 10.0}) is None
+
+
+def _figs(att: float, completion: float = 1.0) -> DeadlineFigures:
+    return DeadlineFigures(att, {"x": att, "y": min(1.0, att + 0.05)}, 1.0, completion, 10)
+
+
+def test_lambda_star_of_a_sweep_hand_computed() -> None:
+    by_load = {
+        1.0: [_figs(1.0), _figs(0.95), _figs(0.97)],  # medians x 0.97, y 1.0: passes
+        2.0: [_figs(0.92), _figs(0.85), _figs(0.91)],  # median x 0.91: passes at 0.9
+        4.0: [_figs(0.99, 0.5), _figs(0.99), _figs(0.99)],  # one block fails completion
+        8.0: [_figs(0.5), _figs(0.4), _figs(0.3)],
+    }
+    together, per_block = block_figures.sweep_lambda_star(by_load, alpha=0.9)
+    assert together == 2.0
+    # Block 0: 1, 2 pass, 4 fails its guard; block 1: 2 fails (0.85), 4 passes; block 2: 4.
+    assert per_block == [2.0, 4.0, 4.0]
+    assert block_figures.sweep_lambda_star(by_load, alpha=0.95) == (1.0, [1.0, 4.0, 4.0])
+    missing = {1.0: [_figs(1.0)], 2.0: [None]}
+    assert block_figures.sweep_lambda_star(missing, alpha=0.9) == (1.0, [1.0])
+
+
+def test_range_text_and_spread() -> None:
+    assert block_figures.range_text([2.0, 1.0]) == "1–2"
+    assert block_figures.range_text([None, None]) == "none–none"
+    assert block_figures.spread([1.0, None]) is None
+    assert re.fullmatch(r"[0-9.]+–[0-9.]+", block_figures.range_text([1 / 3, 2 / 3]))
+
+
 def test_direction_and_kv_helpers() -> None:
     assert findings.direction(2.0, 1.0) == "down"
     assert findings.direction(1.0, 1.0) == "flat"
     assert findings.direction(None, 1.0) == "n/a"
     assert findings.kv_gib_of({"main": {"max_num_seqs": 4}}) is None
+
+
+@pytest.mark.parametrize("module", [findings, block_figures])
+def test_doctests(module: object) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
+    assert result.attempted > 0 and result.failed == 0
