@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from maserve_prefect.engine.target import parse_engine
-from maserve_prefect.errors import ConfigError, EngineError
+from maserve_prefect.errors import ConfigError, EngineError, IllegalReleaseError
 from maserve_prefect.metrics.task import RootStatus, root_class
 from maserve_prefect.replay.arrivals import ClosedLoopArrivals, ThinkTime, with_seed
 from maserve_prefect.replay.driver import ReplayRun, replay_trace
@@ -53,6 +53,7 @@ from maserve_prefect.replay.traceset import TraceSet, build_trace_set
 from maserve_prefect.runtime.poolfile import PoolFile, default_pool_file, load_pool_file
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import Trace
+from maserve_prefect.trace.release import BarrierEdge, apply_barrier, barrier_edges
 
 if TYPE_CHECKING:
     from maserve_prefect.engine.openai.wall import DrainReport
@@ -63,6 +64,7 @@ __all__ = [
     "LockedDeadlines",
     "MeasuredRoot",
     "ScenarioResult",
+    "arm_barrier",
     "arm_pool_file",
     "drain_engine",
     "lock_deadlines",
@@ -369,6 +371,27 @@ def _arm_flow() -> Any:
     return replay_arm
 
 
+def arm_barrier(scenario: Scenario, ts: TraceSet, arm: Arm) -> list[BarrierEdge]:
+    """The op edges `arm`'s barrier adds to the trace set, each with its note (none for an arm
+    without a barrier), checked as the replay applies them (`trace.release.apply_barrier`).
+
+    Stage barriers and per-root edges (`each_root: true`) expand against the trace set here, so
+    one per-root edge covers however many roots the scale gives the cohort.
+
+    Raises:
+        IllegalReleaseError: an op no root realized, an unknown op, a stage that matches no root,
+            an edge across roots, or a cycle; the message names the scenario file and the arm.
+    """
+    if not arm.barrier:
+        return []
+    try:
+        edges = barrier_edges(ts.trace, [b.to_release() for b in arm.barrier])
+        apply_barrier(ts.trace, edges)  # refuses cycles
+    except IllegalReleaseError as exc:
+        raise IllegalReleaseError(f"scenario {scenario.source}: arm {arm.name!r}: {exc}") from None
+    return edges
+
+
 def run_arm(
     scenario: Scenario, ts: TraceSet, arm: Arm, block: int, deadlines: Mapping[str, float]
 ) -> ArmResult:
@@ -381,7 +404,7 @@ def run_arm(
         ts.store,
         rule=arm.release,
         arrivals=with_seed(process, seed + block),
-        barrier=[b.to_release() for b in arm.barrier],
+        barrier=arm_barrier(scenario, ts, arm),
         pool_file=arm_pool_file(scenario, arm),
         plan=arm.plan,
         lock=scenario.lock,
@@ -418,6 +441,8 @@ def run_scenario(
         UnsupportedError: the engine cannot honour the scenario's input contract.
         EngineError: the real server is unreachable, or the deadline reference replay did not
             complete every root.
+        IllegalReleaseError: an arm's barrier does not fit the trace set (`arm_barrier`),
+            raised before anything replays.
 
     Examples:
         >>> from maserve_prefect.replay.scenario import parse_scenario
@@ -430,6 +455,8 @@ def run_scenario(
     """
     parse_engine(scenario.engine)
     ts = build_trace_set(scenario, loaded)
+    for arm in scenario.arms:
+        arm_barrier(scenario, ts, arm)  # a bad barrier is refused before anything replays
     deadlines, reference, reference_state = lock_deadlines(scenario, ts)
     result = ScenarioResult(scenario, ts, deadlines, reference, reference_state=reference_state)
     flow_fn = _arm_flow() if prefect else None

@@ -71,9 +71,8 @@ from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_p
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpKind, OpRecord, OpStatus, Trace
 from maserve_prefect.trace.release import (
-    BarrierEdge,
+    Barrier,
     ReleaseRule,
-    StageBarrier,
     apply_barrier,
     barrier_edges,
     release_predecessors,
@@ -386,7 +385,7 @@ def replay_trace(
     *,
     rule: ReleaseRule | str = ReleaseRule.DAG,
     arrivals: ArrivalProcess | None = None,
-    barrier: Sequence[BarrierEdge | StageBarrier] = (),
+    barrier: Sequence[Barrier] = (),
     pool_file: PoolFile | None = None,
     plan: str = "fcfs",
     lock: InputLock | str = InputLock.TOKEN,

@@ -20,10 +20,19 @@ computed and locked once, before any arm runs). Errors name the file and the fie
     arms:
       - {name: dag, release: dag}
       - {name: barrier, release: barrier, barrier: [{before: analyst_a, after: analyst_b}]}
+      - name: turns                # op edges relative to a root, applied in every root
+        release: barrier
+        barrier: [{src: research.child0/0, dst: research.child1/0, each_root: true}]
       - {name: flat, release: flat, pool: my_pool.yaml, plan: fcfs,
          overrides: {main: {max_num_seqs: 8, gpu_memory_utilization: 0.5}}}
 
 Relative paths (bundles, pool files) are resolved against the scenario file's folder.
+
+A `barrier` entry takes one of three forms (`BarrierSpec`): `before` + `after` stage names (every
+root; `root_id` restricts it to one), `src` + `dst` op ids (one root's ops), or `src` + `dst` op
+ids relative to a root with `each_root: true` (`trace.release.PerRootEdge`: one edge in every
+root that realized both ops, so the barrier does not depend on the trace set's size). Whether the
+ops exist is checked against the trace set when the scenario runs (`replay.arms.arm_barrier`).
 
 On a real engine (`engine: openai:URL`) every arm replay — and the deadline reference replay — runs
 in wall time under `timeout_s` (default `DEFAULT_WALL_TIMEOUT_S`): a stuck op ends the arm with
@@ -47,7 +56,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from maserve_prefect.engine.target import parse_engine
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay import arrivals as arr
-from maserve_prefect.trace.release import BarrierEdge, ReleaseRule, StageBarrier
+from maserve_prefect.trace.release import (
+    Barrier,
+    BarrierEdge,
+    PerRootEdge,
+    ReleaseRule,
+    StageBarrier,
+)
 from maserve_prefect.yamlfiles import read_yaml_mapping
 
 DEFAULT_WALL_TIMEOUT_S = 1800.0
@@ -142,24 +157,48 @@ def arrival_process(spec: ArrivalSpec) -> arr.ArrivalProcess:
 
 
 class BarrierSpec(_Model):
-    """A stage barrier (`before` / `after` stage names) or an op edge (`src` / `dst` op ids)."""
+    """One barrier of an arm: a stage barrier (`before` / `after` stage names, `root_id` to
+    restrict it to one root), an op edge (`src` / `dst` op ids), or, with `each_root: true`, an
+    op edge relative to a root applied in every root (see the module docstring).
+
+    Examples:
+        >>> BarrierSpec(src="research.child0/0", dst="research.child1/0", each_root=True).to_release()
+        PerRootEdge(src_op='research.child0/0', dst_op='research.child1/0')
+    """
 
     before: str | None = None
     after: str | None = None
     root_id: str | None = None
     src: str | None = None
     dst: str | None = None
+    each_root: bool = False
 
     @model_validator(mode="after")
     def _one_form(self) -> BarrierSpec:
         stage = self.before is not None and self.after is not None
         edge = self.src is not None and self.dst is not None
+        if self.each_root and not edge:
+            raise ValueError(
+                "`each_root: true` needs `src` + `dst`: op ids relative to each root, e.g. "
+                "{src: research.child0/0, dst: research.child1/0, each_root: true}"
+            )
         if stage == edge:
-            raise ValueError("give either `before` + `after` (stages) or `src` + `dst` (op ids)")
+            raise ValueError(
+                "give either `before` + `after` (stages), `src` + `dst` (op ids), or `src` + "
+                "`dst` + `each_root: true` (op ids relative to each root)"
+            )
+        if edge and self.root_id is not None:
+            raise ValueError(
+                "`root_id` restricts a stage barrier; an op edge names its root in its op ids "
+                "(`src` / `dst`), and `each_root: true` applies it in every root"
+            )
         return self
 
-    def to_release(self) -> BarrierEdge | StageBarrier:
+    def to_release(self) -> Barrier:
+        """The `trace.release` form of this barrier."""
         if self.src is not None and self.dst is not None:
+            if self.each_root:
+                return PerRootEdge(self.src, self.dst)
             return BarrierEdge(self.src, self.dst, "scenario")
         assert self.before is not None and self.after is not None
         return StageBarrier(self.before, self.after, self.root_id)
@@ -240,6 +279,8 @@ class Scenario(_Model):
     timeout_s: float | None = Field(default=None, gt=0)
     arms: tuple[Arm, ...] = Field(min_length=1)
     base_dir: Path = Path(".")
+    source: str = "(inline)"
+    """Where the scenario was read from (set by `parse_scenario`), for errors found when it runs."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> Scenario:
@@ -311,7 +352,7 @@ def parse_scenario(
 ) -> Scenario:
     """Validate a scenario mapping; errors name `source` and the field path."""
     try:
-        return Scenario.model_validate({**data, "base_dir": base_dir})
+        return Scenario.model_validate({**data, "base_dir": base_dir, "source": source})
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "(top level)"

@@ -14,6 +14,11 @@ Flat and Arrival ignore data dependencies, so they are *non-causal reference* ar
 the required-edge rule, and every `ReleasePlan` built from them carries `non_causal=True` so that
 reports flag them.
 
+A barrier is given in three forms, all expanded to op edges (`BarrierEdge`) before they are
+applied: an op edge names two ops of one root; a `StageBarrier` orders two stages in every root;
+a `PerRootEdge` names two ops *relative to a root* (`research.child0/0`) and orders them in every
+root that realized both, so one edge covers a trace set of any size.
+
 Barrier edges become `Dep(kind=CONTROL, required=False, origin=BARRIER)` on the successor:
 `required=False` because they are added release constraints, not recorded necessities, and
 `origin=BARRIER` is what tells them apart from recorded deps (the DAG rule drops exactly those).
@@ -38,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeAlias
 
 import networkx as nx
 
@@ -80,6 +86,88 @@ class StageBarrier:
     before: str
     after: str
     root_id: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PerRootEdge:
+    """`src_op` completes before `dst_op` is released, in every root that realized both ops.
+
+    The op ids are relative to a root: an op's id without its `"<root_id>/"` prefix, so
+    `research.child0/0` names `r0003/research.child0/0` in root `r0003` (and
+    `research/r0003/research.child0/0` in a trace set whose cohorts are prefixed). Ops whose id
+    does not start with their root id cannot be named this way; use a `BarrierEdge`.
+
+    A root lacking one of the two ops is skipped: a trace records the *realized* graph, so an op
+    missing from a root was not realized there (a refinement loop that accepted its first draft,
+    a dynamic spawn with fewer children, a root that failed before reaching it) and the edge has
+    nothing to order in that root. An op id realized in no root at all is a misspelling and is
+    refused, as is an edge whose two ops no root realized together (`expand_per_root_edge`).
+    """
+
+    src_op: str
+    dst_op: str
+
+
+Barrier: TypeAlias = BarrierEdge | StageBarrier | PerRootEdge
+"""Any form of barrier `barrier_edges` and `apply_barrier` accept."""
+
+
+def relative_op_id(op: OpRecord) -> str | None:
+    """`op`'s id relative to its root (None when the id does not start with `"<root_id>/"`).
+
+    Examples:
+        >>> from maserve_prefect.trace.model import OpKind, OpRecord
+        >>> relative_op_id(OpRecord(op_id="r7/research.child0/0", root_id="r7", kind=OpKind.MODEL))
+        'research.child0/0'
+    """
+    prefix = f"{op.root_id}/"
+    return op.op_id[len(prefix) :] if op.op_id.startswith(prefix) else None
+
+
+def expand_per_root_edge(trace: Trace, edge: PerRootEdge) -> list[BarrierEdge]:
+    """One op edge per root that realized both ops of `edge`, in root record order.
+
+    Each edge's note is "each root SRC -> DST", so the replay notes say which barrier added it.
+
+    Raises:
+        IllegalReleaseError: an op id is realized in no root (the message names it and some
+            relative op ids the trace holds), or no root realized both ops.
+
+    Examples:
+        >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
+        >>> tr = Trace(manifest=Manifest(trace_id="x"), ops=[
+        ...     OpRecord(op_id=f"{r}/{o}", root_id=r, kind=OpKind.MODEL)
+        ...     for r, o in [("p", "a"), ("p", "b"), ("q", "a"), ("q", "b"), ("s", "a")]])
+        >>> [e.src_op + " -> " + e.dst_op for e in expand_per_root_edge(tr, PerRootEdge("a", "b"))]
+        ['p/a -> p/b', 'q/a -> q/b']
+    """
+    by_root: dict[str, dict[str, str]] = {}
+    for op in trace.ops:
+        rel = relative_op_id(op)
+        if rel is not None:
+            by_root.setdefault(op.root_id, {})[rel] = op.op_id
+    what = f"per-root barrier edge {edge.src_op} -> {edge.dst_op}"
+    realized = {rel for ops in by_root.values() for rel in ops}
+    unknown = [o for o in dict.fromkeys((edge.src_op, edge.dst_op)) if o not in realized]
+    if unknown:
+        some = sorted(realized)
+        hint = ", ".join(some[:8]) + (f", ... ({len(some)} in all)" if len(some) > 8 else "")
+        raise IllegalReleaseError(
+            f"{what}: no root of the trace holds op {' or '.join(map(repr, unknown))}; name ops "
+            f"relative to their root (without the root id), e.g. {hint or '(no ops)'}"
+        )
+    note = f"each root {edge.src_op} -> {edge.dst_op}"
+    edges = [
+        BarrierEdge(ops[edge.src_op], ops[edge.dst_op], note)
+        for ops in by_root.values()
+        if edge.src_op in ops and edge.dst_op in ops
+    ]
+    if not edges:
+        raise IllegalReleaseError(
+            f"{what}: no root realized both ops (each of the {len(by_root)} roots holds at "
+            "most one), so the edge orders nothing; check that the two op ids belong together"
+        )
+    return edges
 
 
 def _stage_names(trace: Trace) -> dict[str, str]:
@@ -162,18 +250,26 @@ def _raise_if_cyclic(g: nx.DiGraph, what: str) -> None:
     )
 
 
-def barrier_edges(trace: Trace, edges: Iterable[BarrierEdge | StageBarrier]) -> list[BarrierEdge]:
+def _expand(trace: Trace, item: Barrier) -> list[BarrierEdge]:
+    if isinstance(item, StageBarrier):
+        return expand_stage_barrier(trace, item)
+    if isinstance(item, PerRootEdge):
+        return expand_per_root_edge(trace, item)
+    return [item]
+
+
+def barrier_edges(trace: Trace, edges: Iterable[Barrier]) -> list[BarrierEdge]:
     """The op edges a barrier really adds to `trace`, each with its note, in the order given.
 
-    Stage barriers are expanded (`expand_stage_barrier`, note "stage a -> b"); an edge whose pair
-    is already linked by a dep, or listed earlier, adds nothing and is left out. The replay driver
-    writes this list into the replay trace's notes, so a bundle says which barrier added each
-    edge (`Dep` itself carries only `origin=BARRIER`). Cycles are not checked here
-    (`apply_barrier` does).
+    Stage barriers and per-root edges are expanded (`expand_stage_barrier`, note "stage a -> b";
+    `expand_per_root_edge`, note "each root a -> b"); an edge whose pair is already linked by a
+    dep, or listed earlier, adds nothing and is left out. The replay driver writes this list into
+    the replay trace's notes, so a bundle says which barrier added each edge (`Dep` itself carries
+    only `origin=BARRIER`). Cycles are not checked here (`apply_barrier` does).
 
     Raises:
-        IllegalReleaseError: an edge names an unknown op or crosses roots, or a stage barrier
-            matches no root.
+        IllegalReleaseError: an edge names an unknown op or crosses roots, a stage barrier
+            matches no root, or a per-root edge names an op no root realized.
 
     Examples:
         >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace
@@ -187,8 +283,7 @@ def barrier_edges(trace: Trace, edges: Iterable[BarrierEdge | StageBarrier]) -> 
     out: list[BarrierEdge] = []
     seen: set[tuple[str, str]] = set()
     for item in edges:
-        flat = expand_stage_barrier(trace, item) if isinstance(item, StageBarrier) else [item]
-        for edge in flat:
+        for edge in _expand(trace, item):
             _check_edge(edge, index)
             pair = (edge.src_op, edge.dst_op)
             if pair in seen or edge.src_op in {d.op_id for d in index[edge.dst_op].deps}:
@@ -198,18 +293,19 @@ def barrier_edges(trace: Trace, edges: Iterable[BarrierEdge | StageBarrier]) -> 
     return out
 
 
-def apply_barrier(trace: Trace, edges: Iterable[BarrierEdge | StageBarrier]) -> Trace:
+def apply_barrier(trace: Trace, edges: Iterable[Barrier]) -> Trace:
     """Return a new trace whose ops gain the barrier's control edges (all existing deps kept).
 
     An edge whose pair is already linked by a dep adds nothing (`barrier_edges`).
 
     Args:
         trace: the recorded trace (left unchanged).
-        edges: op-level edges and/or stage barriers.
+        edges: op edges, stage barriers and/or per-root edges.
 
     Raises:
         IllegalReleaseError: an edge names an unknown op, crosses roots, or the result would be
-            cyclic (the message names the cycle's op ids).
+            cyclic (the message names the cycle's op ids; a per-root edge that reverses a
+            recorded dep of any root is refused this way).
 
     Examples:
         >>> from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, Trace

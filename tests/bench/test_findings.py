@@ -39,6 +39,7 @@ from maserve_prefect.trace.model import (
     RootRecord,
     Trace,
 )
+from maserve_prefect.trace.release import PerRootEdge
 
 SUITES = Path(__file__).resolve().parents[2] / "deployments" / "suites"
 NAMES = ("barrier", "kv_budget", "rate_sweep", "request_limit")
@@ -61,29 +62,31 @@ def test_suite_files_load_at_both_scales(name: str) -> None:
             assert {a.pool.name for a in sc.arms if a.pool} == {"pool_h100_qwen3_8b.yaml"}
 
 
+RESEARCH_CHAIN = [
+    PerRootEdge(f"{stage}{i}/0", f"{stage}{i + 1}/0")
+    for stage in ("research.child", "analyze.worker")
+    for i in range(2)
+]
+"""The research barrier: researchers one after another, then analysts, in every root."""
+
+
 @pytest.mark.parametrize("scale", ["demo", "full"])
 def test_research_barrier_serializes_the_branches_of_every_root(scale: str) -> None:
-    """The research workflow's barrier is a list of op edges: it must cover every root."""
+    """The research workflow's barrier is per-root op edges, so its cohort scales like the
+    four-call cohort (same users at each scale) and the edges still reach every root."""
     suite = load_suite(SUITES / "finding_barrier.yaml")
-    (sc,) = [s for s in suite.load_scenarios(scale) if s.name == "f1-barrier-research"]
-    (cohort,) = sc.cohorts
+    scenarios = {s.name: s for s in suite.load_scenarios(scale)}
+    (cohort,) = scenarios["f1-barrier-research"].cohorts
     assert cohort.native is not None
     assert cohort.native.workflow == "spawn_fork_join_refinement"
-    (arm,) = [a for a in sc.arms if a.name == "barrier"]
-    edges: dict[str, set[tuple[str, str]]] = {}
-    for b in arm.barrier:
-        assert b.src is not None and b.dst is not None
-        root, src = b.src.split("/", 1)
-        root_dst, dst = b.dst.split("/", 1)
-        assert root == root_dst
-        edges.setdefault(root, set()).add((src, dst))
-    assert set(edges) == {f"r{i:04d}" for i in range(cohort.native.users)}
-    chain = {
-        (f"{stage}{i}/0", f"{stage}{i + 1}/0")
-        for stage in ("research.child", "analyze.worker")
-        for i in range(2)
-    }
-    assert all(pairs == chain for pairs in edges.values())
+    (four_call,) = [
+        c.native
+        for c in scenarios["f1-barrier"].cohorts
+        if c.native is not None and c.native.workflow == "four_call_full"
+    ]
+    assert cohort.native.users == four_call.users
+    (arm,) = [a for a in scenarios["f1-barrier-research"].arms if a.name == "barrier"]
+    assert [b.to_release() for b in arm.barrier] == RESEARCH_CHAIN
 
 
 def _run(name: str) -> list[dict[str, object]]:
@@ -91,7 +94,8 @@ def _run(name: str) -> list[dict[str, object]]:
 
 
 def test_barrier_suite_barrier_adds_latency(prefect_api: None) -> None:
-    rows = _run("barrier")
+    result = run_suite(SUITES / "finding_barrier.yaml", scale="demo", prefect=False)
+    rows = result.findings
     assert {(r["scenario"], r["class"]) for r in rows} == {
         ("f1-barrier", "four_call_full"),
         ("f1-barrier", "hierarchical_summary"),
@@ -104,6 +108,17 @@ def test_barrier_suite_barrier_adds_latency(prefect_api: None) -> None:
         assert r["holds"] is True and r["measured"] == "up"
         lo, hi = _range(r["barrier_p50_s_range"])  # one block: the range is the value
         assert lo == pytest.approx(r["barrier_p50_s"], rel=1e-3) == hi
+    # The per-root research edges expanded to every root of the native trace set.
+    research = result.results["f1-barrier-research"]
+    roots = [root.root_id for root in research.trace_set.trace.roots]
+    (cohort,) = research.scenario.cohorts
+    assert cohort.native is not None and len(roots) == cohort.native.users
+    (barrier,) = [r for r in research.results if r.summary.arm == "barrier"]
+    assert barrier.run.trace.manifest.notes["replay"]["barrier_edges"] == [
+        [f"{root}/{e.src_op}", f"{root}/{e.dst_op}", f"each root {e.src_op} -> {e.dst_op}"]
+        for e in RESEARCH_CHAIN
+        for root in roots
+    ]
 
 
 def test_kv_budget_suite_factor_non_increasing(prefect_api: None) -> None:

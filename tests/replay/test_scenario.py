@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 from replay_factories import make_trace
 
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, IllegalReleaseError
 from maserve_prefect.replay.arms import arm_pool_file, run_scenario
 from maserve_prefect.replay.scenario import DEFAULT_WALL_TIMEOUT_S, load_scenario, parse_scenario
 from maserve_prefect.replay.traceset import place_slots
 from maserve_prefect.trace.cas import MemoryStore
+from maserve_prefect.trace.release import BarrierEdge, PerRootEdge
 
 TOY = {"tgt": (make_trace(2, workflow="toy"), MemoryStore())}
 
@@ -172,3 +173,82 @@ def test_one_root_class_for_deadlines_and_metrics() -> None:
 
     assert arms.root_class is task.root_class
     assert task.root_class(RootRecord(root_id="r")) == task.DEFAULT_CLASS == "default"
+
+
+def _per_root(*pairs: tuple[str, str], name: str = "bar") -> dict[str, object]:
+    edges = [{"src": src, "dst": dst, "each_root": True} for src, dst in pairs]
+    return {"name": name, "release": "barrier", "barrier": edges}
+
+
+def test_per_root_barrier_loads_from_yaml(tmp_path: Path) -> None:
+    f = tmp_path / "per_root.yaml"
+    f.write_text(
+        "name: x\ncohorts: [{name: t, bundle: b}]\narms:\n"
+        "  - name: bar\n    release: barrier\n    barrier:\n"
+        "      - {src: research.child0/0, dst: research.child1/0, each_root: true}\n"
+        "      - {src: r0/a, dst: r0/b}\n"
+    )
+    s = load_scenario(f)
+    assert s.source == str(f)
+    assert [b.to_release() for b in s.arms[0].barrier] == [
+        PerRootEdge("research.child0/0", "research.child1/0"),
+        BarrierEdge("r0/a", "r0/b", "scenario"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("barrier", "message"),
+    [
+        ({"before": "s1", "after": "s2", "each_root": True}, r"`each_root: true` needs `src`"),
+        ({"src": "a", "each_root": True}, r"`each_root: true` needs `src` \+ `dst`"),
+        ({"src": "a", "dst": "b", "root_id": "r0", "each_root": True}, r"`root_id` restricts"),
+        ({"src": "r0/a", "dst": "r0/b", "root_id": "r0"}, r"`root_id` restricts a stage"),
+        ({"src": "a", "dst": "b", "each_root": "sometimes"}, r"valid boolean"),
+    ],
+)
+def test_bad_per_root_barrier_form_is_named(barrier: dict[str, object], message: str) -> None:
+    arm = {"name": "bar", "release": "barrier", "barrier": [barrier]}
+    with pytest.raises(ConfigError, match=rf"scenario \(inline\): arms\.0\.barrier\.0.*{message}"):
+        parse_scenario(_scenario(arms=[arm]))
+
+
+def test_per_root_barrier_covers_every_root_of_the_trace_set() -> None:
+    s = parse_scenario(_scenario(arms=[{"name": "dag"}, _per_root(("a", "b"))]))
+    five = {"tgt": (make_trace(5, workflow="toy"), MemoryStore())}
+    res = run_scenario(s, prefect=False, loaded=five)
+    bar = next(r for r in res.results if r.summary.arm == "bar")
+    assert bar.run.trace.manifest.notes["replay"]["barrier_edges"] == [
+        [f"r{i}/a", f"r{i}/b", "each root a -> b"] for i in range(5)
+    ]
+    # tool ops do not contend: DAG takes max(1, 2) s per root, the barrier 1 + 2 s
+    across = res.across_blocks()
+    assert across["dag"]["latency_p50_s"] == (2.0, 2.0, 2.0)
+    assert across["bar"]["latency_p50_s"] == (3.0, 3.0, 3.0)
+
+
+def test_per_root_barrier_with_an_unknown_op_is_refused_before_any_arm_runs(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "typo.yaml"
+    f.write_text(
+        "name: typo\ncohorts: [{name: tgt, bundle: unused}]\nlock: length\narms:\n"
+        "  - {name: dag}\n"
+        "  - name: bar\n    release: barrier\n"
+        "    barrier: [{src: a, dst: bb, each_root: true}]\n"
+    )
+    ran: list[str] = []
+    with pytest.raises(
+        IllegalReleaseError,
+        match=rf"scenario {f}: arm 'bar': per-root barrier edge a -> bb: no root of the trace "
+        r"holds op 'bb'; .* e\.g\. a, b",
+    ):
+        run_scenario(
+            load_scenario(f), prefect=False, loaded=TOY, on_arm=lambda r: ran.append(r.summary.arm)
+        )
+    assert ran == []  # refused before the DAG arm (listed first) replayed
+
+
+def test_per_root_barrier_cycle_is_refused_naming_the_arm() -> None:
+    s = parse_scenario(_scenario(arms=[_per_root(("a", "b"), ("b", "a"), name="rev")]))
+    with pytest.raises(IllegalReleaseError, match=r"scenario \(inline\): arm 'rev': .*cycle r0/"):
+        run_scenario(s, prefect=False, loaded=TOY)

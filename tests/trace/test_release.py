@@ -22,10 +22,13 @@ from maserve_prefect.trace.model import (
 )
 from maserve_prefect.trace.release import (
     BarrierEdge,
+    PerRootEdge,
     ReleaseRule,
     StageBarrier,
     apply_barrier,
+    barrier_edges,
     check_legal_change,
+    expand_per_root_edge,
     release_plan,
     release_predecessors,
 )
@@ -117,6 +120,99 @@ def test_stage_barrier_by_name_in_every_root() -> None:
     assert release_predecessors(only_q, ReleaseRule.BARRIER)["p/v1"] == ()
     with pytest.raises(IllegalReleaseError, match="known stages: draft, review"):
         apply_barrier(tr, [StageBarrier("draft", "reveiw")])
+
+
+def research_roots(*roots: str, early_stop: str = "") -> Trace:
+    """Roots of a lead spawning two researchers then a writer with up to two drafts: op ids
+    `<root>/lead/0`, `<root>/child0/0`, `<root>/child1/0`, `<root>/write/0` (and `write/1`
+    unless the root is `early_stop`, whose refinement accepted its first draft)."""
+    ops = []
+    for r in roots:
+        ops += [
+            make_op(f"{r}/lead/0", root=r),
+            make_op(f"{r}/child0/0", f"{r}/lead/0", root=r),
+            make_op(f"{r}/child1/0", f"{r}/lead/0", root=r),
+            make_op(f"{r}/write/0", f"{r}/child0/0", f"{r}/child1/0", root=r),
+        ]
+        if r != early_stop:
+            ops.append(make_op(f"{r}/write/1", f"{r}/write/0", root=r))
+    return make_trace(*ops)
+
+
+def test_per_root_edge_expands_to_every_root_with_its_note() -> None:
+    tr = research_roots("r0000", "r0001", "r0002")
+    changed = apply_barrier(tr, [PerRootEdge("child0/0", "child1/0")])
+    preds = release_predecessors(changed, ReleaseRule.BARRIER)
+    for r in ("r0000", "r0001", "r0002"):
+        assert preds[f"{r}/child1/0"] == (f"{r}/lead/0", f"{r}/child0/0")
+        assert preds[f"{r}/child0/0"] == (f"{r}/lead/0",)
+    check_legal_change(tr, changed)
+    assert release_predecessors(changed, ReleaseRule.DAG) == release_predecessors(tr, "dag")
+    edges = barrier_edges(tr, [PerRootEdge("child0/0", "child1/0")])
+    assert [(e.src_op, e.dst_op, e.note) for e in edges] == [
+        (f"{r}/child0/0", f"{r}/child1/0", "each root child0/0 -> child1/0")
+        for r in ("r0000", "r0001", "r0002")
+    ]
+
+
+def test_per_root_edge_works_on_prefixed_cohorts_and_skips_already_linked_pairs() -> None:
+    from maserve_prefect.replay.traceset import prefixed
+
+    tr = prefixed(research_roots("r0", "r1"), "research")
+    assert tr.ops[0].op_id == "research/r0/lead/0"
+    edges = barrier_edges(
+        tr, [PerRootEdge("child0/0", "child1/0"), PerRootEdge("lead/0", "write/0")]
+    )
+    # lead/0 -> write/0 is no recorded dep, so it is added; child0 -> child1 in both roots
+    assert [(e.src_op, e.dst_op) for e in edges] == [
+        ("research/r0/child0/0", "research/r0/child1/0"),
+        ("research/r1/child0/0", "research/r1/child1/0"),
+        ("research/r0/lead/0", "research/r0/write/0"),
+        ("research/r1/lead/0", "research/r1/write/0"),
+    ]
+    assert barrier_edges(tr, [PerRootEdge("child0/0", "write/0")]) == []  # recorded deps
+
+
+def test_per_root_edge_skips_a_root_that_did_not_realize_an_op() -> None:
+    tr = research_roots("r0", "r1", "r2", early_stop="r1")
+    edges = expand_per_root_edge(tr, PerRootEdge("child1/0", "write/1"))
+    assert [e.dst_op for e in edges] == ["r0/write/1", "r2/write/1"]
+    changed = apply_barrier(tr, [PerRootEdge("child1/0", "write/1")])
+    assert [d.op_id for d in changed.op_index()["r0/write/1"].deps] == ["r0/write/0", "r0/child1/0"]
+    assert changed.op_index()["r1/write/0"].deps == tr.op_index()["r1/write/0"].deps
+
+
+def test_per_root_edge_with_an_op_no_root_realized_is_refused_and_named() -> None:
+    tr = research_roots("r0", "r1")
+    with pytest.raises(
+        IllegalReleaseError,
+        match=r"per-root barrier edge child0/0 -> child9/0: no root of the trace holds op 'child9/0'"
+        r".*e\.g\. child0/0, child1/0, lead/0, write/0, write/1",
+    ):
+        apply_barrier(tr, [PerRootEdge("child0/0", "child9/0")])
+    # a full op id is not a relative one
+    with pytest.raises(IllegalReleaseError, match=r"holds op 'r0/child0/0' or 'r0/child1/0';"):
+        apply_barrier(tr, [PerRootEdge("r0/child0/0", "r0/child1/0")])
+
+
+def test_per_root_edge_whose_ops_never_meet_in_one_root_is_refused() -> None:
+    tr = make_trace(make_op("p/a", root="p"), make_op("q/b", root="q"))
+    with pytest.raises(IllegalReleaseError, match=r"a -> b: no root realized both ops"):
+        apply_barrier(tr, [PerRootEdge("a", "b")])
+
+
+def test_per_root_edges_that_make_a_cycle_are_refused() -> None:
+    tr = research_roots("r0", "r1")
+    # reverses the recorded dep lead/0 -> child0/0 in every root
+    with pytest.raises(IllegalReleaseError, match=r"cycle .*r0/child0/0"):
+        apply_barrier(tr, [PerRootEdge("child0/0", "lead/0")])
+    # two per-root edges against each other
+    with pytest.raises(
+        IllegalReleaseError, match=r"cycle (r0/child0/0 -> r0/child1/0|r0/child1/0 -> r0/child0/0)"
+    ):
+        apply_barrier(
+            tr, [PerRootEdge("child0/0", "child1/0"), PerRootEdge("child1/0", "child0/0")]
+        )
 
 
 def test_release_predecessors_per_rule() -> None:
