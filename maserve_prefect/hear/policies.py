@@ -316,6 +316,7 @@ class SessionRetention:
         sessions: Sequence[SessionView],
         now_s: float,
         history: Sequence[SessionView] | None = None,
+        estimator: ContinuationEstimator | None = None,
     ) -> list[Control]:
         """Retain / release controls for `sessions`: retains by falling priority, then releases.
 
@@ -324,8 +325,12 @@ class SessionRetention:
             now_s: the current time (policy clock).
             history: sessions to estimate continuation from (default: `sessions`); only the
                 ended ones count.
+            estimator: the estimate itself, already fitted from ended sessions (a harness
+                keeping it as sessions end); `history` is then ignored.
         """
-        est = ContinuationEstimator.from_sessions(sessions if history is None else history)
+        est = estimator
+        if est is None:
+            est = ContinuationEstimator.from_sessions(sessions if history is None else history)
         keep: list[tuple[float, str, Control]] = []
         drop: list[Control] = []
         for s in sorted(sessions, key=lambda s: s.session_id):

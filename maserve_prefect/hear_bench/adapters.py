@@ -38,6 +38,7 @@ Examples:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,6 +244,10 @@ class RetentionHook:
         self.views: dict[str, SessionView] = {}
         self.home: dict[str, str] = {}
         self.ended: list[SessionView] = []  # the estimator's only input
+        self._ended_turns: list[int] = []  # their turn counts, sorted (kept as they end)
+        # open sessions per replica, in the order they were first seen (the release loop's
+        # order): a session leaves when it ends, so the loop is as long as what is open
+        self._open: dict[str, dict[str, None]] = {}
         self.released: set[str] = set()
         self.num_retains = 0
         self.num_releases = 0
@@ -250,8 +255,9 @@ class RetentionHook:
         self._hashes: dict[str, tuple[int, ...]] = {}
 
     def estimator(self) -> ContinuationEstimator:
-        """The continuation estimate from ended sessions only."""
-        return ContinuationEstimator.from_sessions(self.ended)
+        """The continuation estimate from ended sessions only (`ContinuationEstimator
+        .from_sessions(self.ended)`, kept sorted as sessions end instead of re-sorted)."""
+        return ContinuationEstimator(tuple(self._ended_turns))
 
     def __call__(self, session: Session, turn: Turn, result: TurnResult) -> None:
         with self.recorder.measure(Op.OUTCOME_REPORT):
@@ -276,19 +282,21 @@ class RetentionHook:
                            result.finish_s, ended)  # fmt: skip
         self.views[sid] = view
         self.home[sid] = rep.name
+        open_here = self._open.setdefault(rep.name, {})
         if ended:
             self.ended.append(view)
+            bisect.insort(self._ended_turns, view.num_turns)
+            open_here.pop(sid, None)
+        else:
+            open_here.setdefault(sid, None)
         now = result.finish_s
         est = self.estimator()
-        controls: list[Control] = []
-        for c in self.policy.controls([view], now, history=self.ended):
-            controls.append(c)
+        controls: list[Control] = list(self.policy.controls([view], now, estimator=est))
         # other open sessions on this replica that decayed under the threshold: release once
-        for other_id, other in self.views.items():
-            if other_id == sid or other.ended or other_id in self.released:
+        for other_id in open_here:
+            if other_id == sid or other_id in self.released:
                 continue
-            if self.home[other_id] != rep.name:
-                continue
+            other = self.views[other_id]
             if self.policy.retention_priority(other, est, now) < self.policy.release_below:
                 controls.append(CacheRelease(other.context, other.block_hashes))
                 self.released.add(other_id)
