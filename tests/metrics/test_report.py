@@ -66,8 +66,9 @@ def test_markdown_table_lists_every_row() -> None:
     assert markdown_table([]) == ""
 
 
-def test_plots_write_pngs(tmp_path: Path) -> None:
-    trace = Trace(
+def model_then_tool() -> Trace:
+    """One root: a model op, then a tool op (which has no first-scheduled time)."""
+    return Trace(
         manifest=Manifest(trace_id="t"),
         roots=[RootRecord(root_id="r")],
         ops=[
@@ -78,6 +79,10 @@ def test_plots_write_pngs(tmp_path: Path) -> None:
                      times=OpTimes(ready_s=2.0, submitted_s=2.0, completed_s=2.5)),
         ],
     )  # fmt: skip
+
+
+def test_plots_write_pngs(tmp_path: Path) -> None:
+    trace = model_then_tool()
     outs = [
         plot_latency_cdf({"dag": [1.0, 2.0, 3.0], "flat": [0.5, 4.0]}, tmp_path / "cdf.png"),
         plot_path_bars({"dag": PATHS, "empty": []}, tmp_path / "path.png"),
@@ -99,17 +104,7 @@ def test_gantt_draws_a_tool_op_without_a_scheduled_time(
 ) -> None:
     import maserve_prefect.metrics.report as report
 
-    trace = Trace(
-        manifest=Manifest(trace_id="t"),
-        roots=[RootRecord(root_id="r")],
-        ops=[
-            OpRecord(op_id="r/a", root_id="r", kind=OpKind.MODEL,
-                     times=OpTimes(ready_s=0.0, submitted_s=0.1, first_scheduled_s=0.5,
-                                   completed_s=2.0)),
-            OpRecord(op_id="r/b", root_id="r", kind=OpKind.TOOL,
-                     times=OpTimes(ready_s=2.0, submitted_s=2.0, completed_s=2.5)),
-        ],
-    )  # fmt: skip
+    trace = model_then_tool()
     figs: list[Figure] = []
     save = report._save
     monkeypatch.setattr(report, "_save", lambda fig, path: figs.append(fig) or save(fig, path))
