@@ -35,7 +35,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -237,7 +237,13 @@ class SimHear:
         fallbacks = list(res.fallbacks)
         dropped = list(res.dropped)
         unsatisfied = list(res.unsatisfied)
-        hard_cpu = self.retention.hard_cpu_hashes()
+        memo: list[set[int]] = []
+
+        def hard_cpu() -> set[int]:  # only a CPU-tier requirement retain needs it: once
+            if not memo:
+                memo.append(self.retention.hard_cpu_hashes())
+            return memo[0]
+
         for c in res.honoured:
             why = self._cannot(c, request_scoped, hard_cpu)
             if not why:
@@ -268,7 +274,7 @@ class SimHear:
             notes=submit_notes(res),
         )
 
-    def _cannot(self, c: Control, request_scoped: bool, hard_cpu: set[int]) -> str:
+    def _cannot(self, c: Control, request_scoped: bool, hard_cpu: Callable[[], set[int]]) -> str:
         if isinstance(c, _REQUEST_SCOPED):
             return "" if request_scoped else "it applies to one request; send it with submit()"
         if isinstance(c, CacheRetain):
@@ -284,7 +290,7 @@ class SimHear:
             return Tier.CPU
         return None
 
-    def _cannot_retain(self, c: CacheRetain, hard_cpu: set[int]) -> str:
+    def _cannot_retain(self, c: CacheRetain, hard_cpu: Callable[[], set[int]]) -> str:
         where = [self._where(h) for h in c.block_hashes]
         n = len(where)
         if c.force is Force.REQUIREMENT:
@@ -295,7 +301,7 @@ class SimHear:
                     "tier; a retain keeps what is there (send CachePrepare first)"
                 )
             if c.tier is Tier.CPU and self.host is not None:
-                total = len(hard_cpu | set(c.block_hashes))
+                total = len(hard_cpu() | set(c.block_hashes))
                 if total > self.host.capacity_blocks:
                     return (
                         f"requirement pins on {total} blocks exceed the host tier's "
@@ -374,6 +380,7 @@ class SimHear:
                 kv.set_pin(b, level, prio)
         if self.host is not None:
             self.host.protect = table.host_level if len(table) else None
+            self.host.pinned = table.pinned_hashes() if len(table) else None
 
     def load_prepared(self, batches: Sequence[tuple[int, ...]]) -> float:
         """Run queued `CachePrepare` loads now: host-tier blocks onto free GPU blocks, as many
@@ -458,6 +465,7 @@ class SimHear:
         if self.host is not None:
             self.host.clear()
             self.host.protect = None
+            self.host.pinned = None
 
     # -- state -----------------------------------------------------------------------------
 

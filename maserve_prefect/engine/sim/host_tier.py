@@ -42,7 +42,7 @@ Examples:
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -119,6 +119,7 @@ class HostTier:
         "num_stored",
         "num_superseded",
         "on_change",
+        "pinned",
         "protect",
     )
 
@@ -126,6 +127,9 @@ class HostTier:
         self.config = config
         self._lru: OrderedDict[int, None] = OrderedDict()  # oldest first
         self.protect: Protect | None = None  # set while retention pins exist
+        # the hashes any pin holds, when the table offers them: a hash not in it is unpinned,
+        # so finding victims needs no `protect` call for it (they are most of the tier)
+        self.pinned: Container[int] | None = None
         # told of every change: (True, hashes stored) / (False, hashes removed); None: nobody
         self.on_change: Callable[[bool, list[int]], None] | None = None
         self.num_stored = 0
@@ -210,14 +214,26 @@ class HostTier:
         lowest priority (ties: oldest), never requirement pins."""
         loose: list[int] = []
         pinned: list[tuple[int, int, float]] = []
-        for h in self._lru:
-            level, prio = protect(h)
-            if level == NONE:
-                loose.append(h)
-                if len(loose) == n:
-                    return loose
-            else:
-                pinned.append((h, level, prio))
+        held = self.pinned
+        if held is not None:  # levels only for pinned hashes, and only if victims run short
+            kept: list[int] = []
+            for h in self._lru:
+                if h in held:
+                    kept.append(h)
+                else:
+                    loose.append(h)
+                    if len(loose) == n:
+                        return loose
+            pinned = [(h, *protect(h)) for h in kept]
+        else:
+            for h in self._lru:
+                level, prio = protect(h)
+                if level == NONE:
+                    loose.append(h)
+                    if len(loose) == n:
+                        return loose
+                else:
+                    pinned.append((h, level, prio))
         soft = [(h, prio) for h, level, prio in pinned if level != HARD]
         order = soft_order(np.array([p for _, p in soft], dtype=np.float64))
         need = n - len(loose)

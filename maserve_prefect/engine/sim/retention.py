@@ -40,7 +40,7 @@ Examples:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, KeysView, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,6 +156,10 @@ class RetentionTable:
         if not held:
             return NONE, 0.0
         return _level(list(held.values()))
+
+    def pinned_hashes(self) -> KeysView[int]:
+        """Every hash some pin holds (a live view: it follows later pins and releases)."""
+        return self._pins.keys()
 
     def hard_cpu_hashes(self) -> set[int]:
         """Hashes a REQUIREMENT pin of tier CPU holds (they must fit the host tier)."""
