@@ -24,7 +24,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from maserve_prefect.hear.controls import Tier
@@ -82,6 +82,29 @@ class ResidencyMirror:
         self.tiers.pop(h, None)
 
     def view(self) -> ResidencyView:
-        """The residency now, as a policy view. It reads the mirror's map without copying it:
-        use it before the next `apply` (the ordering hook does, within one dispatch)."""
-        return ResidencyView(MappingProxyType(self.tiers), self.block_size)
+        """The residency now, as a policy view for one decision. It reads the mirror's map
+        without copying it, and remembers each prefix's reusable-block count (a decision asks
+        about a request several times: its key, the re-check of an earlier hot ranking, and
+        whether it is hot now): use it before the next `apply`, as the ordering hook does
+        within one dispatch."""
+        return _DecisionView(MappingProxyType(self.tiers), self.block_size)
+
+
+class _DecisionView(ResidencyView):
+    """A `ResidencyView` that computes each block-hash tuple's reusable prefix once."""
+
+    __slots__ = ("_memo",)
+    _memo: dict[int, tuple[Sequence[int], int]]
+
+    def __init__(self, tiers: Mapping[int, Tier], block_size: int) -> None:
+        super().__init__(tiers, block_size)
+        object.__setattr__(self, "_memo", {})
+
+    def reusable_blocks(self, block_hashes: Sequence[int]) -> int:
+        memo = self._memo
+        hit = memo.get(id(block_hashes))
+        if hit is not None and hit[0] is block_hashes:  # the same object, kept alive here
+            return hit[1]
+        n = super().reusable_blocks(block_hashes)
+        memo[id(block_hashes)] = (block_hashes, n)
+        return n
