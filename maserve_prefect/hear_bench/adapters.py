@@ -243,8 +243,8 @@ class RetentionHook:
         self.then = then
         self.views: dict[str, SessionView] = {}
         self.home: dict[str, str] = {}
-        self.ended: list[SessionView] = []  # the estimator's only input
-        self._ended_turns: list[int] = []  # their turn counts, sorted (kept as they end)
+        # turn counts of the ended sessions, sorted as they end: the estimator's only input
+        self._ended_turns: list[int] = []
         # open sessions per replica, in the order they were first seen (the release loop's
         # order): a session leaves when it ends, so the loop is as long as what is open
         self._open: dict[str, dict[str, None]] = {}
@@ -255,8 +255,8 @@ class RetentionHook:
         self._hashes: dict[str, tuple[int, ...]] = {}
 
     def estimator(self) -> ContinuationEstimator:
-        """The continuation estimate from ended sessions only (`ContinuationEstimator
-        .from_sessions(self.ended)`, kept sorted as sessions end instead of re-sorted)."""
+        """The continuation estimate from ended sessions only (what `ContinuationEstimator
+        .from_sessions` gives for them, kept sorted as sessions end instead of re-sorted)."""
         return ContinuationEstimator(tuple(self._ended_turns))
 
     def __call__(self, session: Session, turn: Turn, result: TurnResult) -> None:
@@ -284,7 +284,6 @@ class RetentionHook:
         self.home[sid] = rep.name
         open_here = self._open.setdefault(rep.name, {})
         if ended:
-            self.ended.append(view)
             bisect.insort(self._ended_turns, view.num_turns)
             open_here.pop(sid, None)
         else:
