@@ -159,34 +159,44 @@ class _Blocker:
 def test_priority_is_honoured_under_contention(serial_server: VLLMServer) -> None:
     url = serial_server.url
     low = [Priority(10, force=Force.REQUIREMENT)]
+    # The order of execution is read from the server's prefix cache, not from client-side times
+    # (on shared cores the API server can hand several finished responses over in one burst).
+    # Every prompt starts with block A; low i continues with blocks B0..Bi. Whoever runs first
+    # finds nothing cached; low i finds A, B0..B(i-1) cached exactly when it runs after low i-1
+    # and before any later low. So the cached counts [0 | 1, 2, 3, 4 blocks] hold if and only if
+    # the urgent request ran first and the equal-priority ones ran in arrival order.
+    block = 128  # the CPU build's KV block size
+    a = _ids(block, 300)
+    chain = [_ids(block, 301 + i) for i in range(4)]
     with OpenAIEngine(url, name="serial", vocab_size=512) as eng, _Blocker(url) as blocker:
         eng.start()
-        # The blocker runs; four low-priority requests queue, then one urgent request. Client-side
-        # times cannot show arrival order on shared cores, so wait until the server's own
-        # scheduler reports all five waiting before the seat frees.
+        # The blocker runs; four low-priority requests queue, then one urgent request. Wait until
+        # the server's own scheduler reports each one waiting, so it sees them in this order.
         _wait_for_queue(url, running=1, waiting=0)
         queued = []
-        for i in range(4):  # one at a time, so the server sees them in this order
+        for i in range(4):
+            prompt = a + sum(chain[: i + 1], ()) + _ids(5, 400 + i)
             queued.append(
                 eng.submit(
-                    Request(f"low{i}", "tiny", prompt_token_ids=_ids(32, 200 + i), max_tokens=30,
-                            min_tokens=30), low,
+                    Request(f"low{i}", "tiny", prompt_token_ids=prompt, max_tokens=8,
+                            min_tokens=8), low,
                 )
             )  # fmt: skip
             _wait_for_queue(url, running=1, waiting=i + 1)
         urgent = eng.submit(
-            Request("urgent", "tiny", prompt_token_ids=_ids(32, 999), max_tokens=4, min_tokens=4),
+            Request("urgent", "tiny", prompt_token_ids=a + _ids(5, 399), max_tokens=4,
+                    min_tokens=4),
             [Priority(0, force=Force.REQUIREMENT)],
-        )
+        )  # fmt: skip
         _wait_for_queue(url, running=1, waiting=5)
         blocker.release()
         outs = [eng.wait(t, timeout_s=300) for t in queued]
         u = eng.wait(urgent, timeout_s=300)
     assert all(o.status is OutcomeStatus.COMPLETED for o in [u, *outs])
-    # FCFS would run the four queued requests first (they arrived first); priority runs the
-    # urgent one as soon as the seat frees, and one seat means it finishes before any of them.
-    assert all(u.finish_s < o.finish_s for o in outs), (u.finish_s, [o.finish_s for o in outs])
-    assert sorted(outs, key=lambda o: o.finish_s) == outs  # equal priority: arrival order
+    # FCFS would have run low0 first (it arrived first): it would find nothing cached and the
+    # urgent request would find block A.
+    cached = [u.num_cached_tokens, *(o.num_cached_tokens for o in outs)]
+    assert cached == [0, block, 2 * block, 3 * block, 4 * block], cached
 
 
 def test_metrics_scraper_sees_kv_usage_and_preemptions(
