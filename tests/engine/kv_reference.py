@@ -2,7 +2,7 @@
 
 This is the simulator's previous `KVCacheManager` (one `OrderedDict` entry per free block, one
 dict entry per cached hash), kept as the executable definition of the eviction order that the
-segment-based `engine/sim/kv_cache.py` must reproduce exactly.
+segment-based `engine/sim/kv_block_pool.py` must reproduce exactly.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import pytest
 from maserve_prefect.engine.protocol import Request
 from maserve_prefect.engine.sim.cost import DecodeAffine, ScheduledChunk, StepCost
 from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.replica import LogEntry, SimReplica
+from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.engine.sim.scheduler import SchedulerConfig
 
 

@@ -13,7 +13,7 @@ from maserve_prefect.engine.catalog import lifecycle as lc
 from maserve_prefect.engine.protocol import Acceptance, LifecycleAction, Request
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import Deployment, DeviceSlot, ReplicaStatus, SimPool
-from maserve_prefect.engine.sim.replica import LogEntry
+from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.errors import ConfigError
 
 KV_64_BLOCKS = 64 * 16 * 28 * 2 * 8 * 128 * 2  # Qwen3-0.6B: 28 layers, 8 KV heads x 128, bf16

@@ -14,7 +14,8 @@ from sim_factories import LinearCost, make_replica
 from maserve_prefect.engine.protocol import Request, Ticket
 from maserve_prefect.engine.sim.kv_cache import KVCacheManager
 from maserve_prefect.engine.sim.records import StepKind
-from maserve_prefect.engine.sim.replica import LogEntry, SimReplica
+from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.engine.sim.scheduler import Policy
 
 COST = LinearCost(per_token_s=0.001, per_context_s=3e-6, overhead_s=0.004)

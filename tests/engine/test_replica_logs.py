@@ -8,7 +8,7 @@ from sim_factories import assert_log, make_replica, req, submit_at
 
 from maserve_prefect.engine.protocol import Request
 from maserve_prefect.engine.sim.records import StepKind
-from maserve_prefect.engine.sim.replica import LogEntry
+from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.engine.sim.scheduler import Policy
 
 

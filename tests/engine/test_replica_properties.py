@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from sim_factories import LinearCost, make_replica
 
 from maserve_prefect.engine.protocol import Request, Ticket
-from maserve_prefect.engine.sim.replica import LogEntry, SimReplica
+from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.engine.sim.scheduler import Policy
 from maserve_prefect.errors import SimulationError
 

@@ -9,7 +9,8 @@ from sim_factories import LinearCost, req
 
 from maserve_prefect.clock import Clock, VirtualClock, WallClock
 from maserve_prefect.engine.protocol import Outcome
-from maserve_prefect.engine.sim.replica import LogEntry, SimReplica
+from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.errors import ConfigError
 
 

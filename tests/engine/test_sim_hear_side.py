@@ -25,7 +25,8 @@ from maserve_prefect.engine.protocol import (
 from maserve_prefect.engine.sim.hear_side import prompt_block_hashes
 from maserve_prefect.engine.sim.host_tier import HostTierConfig
 from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.replica import LogEntry, SimReplica
+from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.engine.sim.scheduler import Policy, SchedulerConfig
 from maserve_prefect.hear.controls import (
     CachePrepare,

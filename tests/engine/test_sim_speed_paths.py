@@ -18,7 +18,8 @@ from maserve_prefect.engine.protocol import Acceptance, Request, Ticket
 from maserve_prefect.engine.sim.block_table import BlockTable
 from maserve_prefect.engine.sim.cost import ScheduledChunk
 from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.kv_cache import BlockRange, KVCacheManager
+from maserve_prefect.engine.sim.kv_cache import KVCacheManager
+from maserve_prefect.engine.sim.kv_prefix_cache import BlockRange
 from maserve_prefect.engine.sim.request import SimRequest
 from maserve_prefect.engine.sim.step_time import make_step_model
 

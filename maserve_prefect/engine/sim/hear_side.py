@@ -155,7 +155,7 @@ Change = tuple[Tier, bool | None, list[int]]
 class ResidencyFeed:
     """The changes to one replica's KV-tier residency since the last `drain`: the simulator's
     KV events, as vLLM publishes `BlockStored` / `BlockRemoved` / `AllBlocksCleared` per medium
-    (`engine.openai.kv_events`). Each change is `(tier, stored, hashes)`: `stored` True for
+    (`engine.openai.kv_decode`). Each change is `(tier, stored, hashes)`: `stored` True for
     hashes that became resident in `tier`, False for hashes that left it, None for the tier
     emptied (`hashes` then empty). A feed starts with the residency at subscription as stored
     changes, so a subscriber that applies every change in order holds exactly what a full

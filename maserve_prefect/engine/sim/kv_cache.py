@@ -1,40 +1,20 @@
-"""Paged KV cache with prefix caching, following vLLM v1's `BlockPool` + `KVCacheManager`.
+"""Paged KV cache with prefix caching, following vLLM v1's `KVCacheManager`: per-request block
+tables over a prefix cache over a block pool.
 
-Blocks carry a reference count and, once full, a chained hash (see `request.py`). Free blocks sit
-in an LRU queue: allocation pops the front and evicts that block's hash if it had one; a prefix
-hit on a free cached block "touches" it (takes it out of the queue). A finished or preempted
-request frees its blocks in *reverse* order, so its tail blocks are evicted first and its hashed
-blocks stay reusable until evicted. A lookup hits at most `num_tokens - 1` tokens, so at least one
-token is always computed. "Doesn't fit" is a value: `allocate_slots` returns None and the
-scheduler decides whom to preempt.
-
-The speed idea: the queue holds whole *segments* (one numpy array of block ids per `free` call)
-instead of single blocks, so freeing a request or allocating a long prompt costs a few numpy
-calls, not a dict operation per block. A touched block is removed lazily: `_where[b]` names the
-segment it sits in (-1 when it is not free) and a segment entry counts only while it matches.
-Hashes live in a `HashIndex` (`kv_index.py`): numpy arrays per block plus a direct-mapped table,
-so hashing or looking up a prompt's blocks is vectorized too, and eviction is one array write.
-A request's block table is an array too (`BlockTable`), so no list is built or converted on
-allocation or free. Lookups ask the index only about blocks that may be cached: a prompt given
-as prefix-block hashes derives each block hash from its prefix key, and the index keeps the keys
-any cached hash derives from (`_num_maybe_cached`); a chunked prefill's later chunks reuse the
-admission lookup while it is valid (`_lookups`, `any_cached` of a `BlockRange`).
-The observable behaviour (which block is taken next, which hash is evicted, which duplicate stays
-uncached) is exactly the per-block LRU's; `tests/engine/kv_reference.py` keeps that per-block
-version and a differential property test holds the two together. `free_queue`, `cached` and
-`block_hash` give the canonical view (built on demand, for tests and checks).
-
-Counters follow vLLM's Prometheus `vllm:prefix_cache_queries_total` (tokens looked up) and
-`vllm:prefix_cache_hits_total` (tokens hit), counted once per admission (re-admissions after
-preemption included) via `record_lookup`. vLLM also counts the lookup of a queue head that then
-fails to allocate, at every step it stays blocked, which ties its counter to the number of steps;
-ours counts the lookup that admitted the request, so fast-forwarded and stepped runs agree.
+Three layers, one concept each: `BlockPool` (`kv_block_pool.py`) holds reference counts, the LRU
+free queue and retention pins; `PrefixCache` (`kv_prefix_cache.py`) hashes full blocks and looks
+prompts up; `KVCacheManager` (here) gives each request its block table and allocates for it.
+A finished or preempted request frees its blocks in *reverse* order, so its tail blocks are
+evicted first and its hashed blocks stay reusable until evicted. "Doesn't fit" is a value:
+`allocate_slots` returns None and the scheduler decides whom to preempt. A request's block table
+is an array (`BlockTable`), so no list is built or converted on allocation or free.
 `usage = 1 - free / num_blocks` (`vllm:kv_cache_usage_perc`).
 
 HEAR hooks (`hear_side.py`), all inert until used, so the default path is vLLM's exactly:
-- retention pins (`retention.py`): per-block pin levels; while any pinned block is free, taking
-  free blocks follows the retention rule (`_pop_pinned`), and requirement-pinned free blocks do
-  not count in `num_free_blocks` / `usage` (they cannot be allocated);
+- retention pins (`retention.py`, kept by `BlockPool`): per-block pin levels; while any pinned
+  block is free, taking free blocks follows the retention rule (`_pop_pinned`), and
+  requirement-pinned free blocks do not count in `num_free_blocks` / `usage` (they cannot be
+  allocated);
 - the host tier (`host_tier.py`): `on_evict` receives the hashes the GPU evicts, a lookup extends
   the GPU prefix hit with the host tier's leading run, which the admission's allocation takes
   out of the host tier once it is sure to fit (a lookup that does not admit changes nothing, so
@@ -51,39 +31,23 @@ Examples:
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
 
 import numpy as np
 
 from maserve_prefect.engine.sim.block_table import BlockTable
-from maserve_prefect.engine.sim.kv_index import HashIndex
+from maserve_prefect.engine.sim.kv_block_pool import MAX_SCALAR_BLOCKS, NO_BLOCKS
+from maserve_prefect.engine.sim.kv_prefix_cache import PrefixCache
 from maserve_prefect.engine.sim.request import SimRequest
-from maserve_prefect.engine.sim.retention import HARD, NONE, SOFT, soft_order
-from maserve_prefect.errors import ConfigError, SimulationError
-
-if TYPE_CHECKING:
-    from maserve_prefect.engine.sim.host_tier import HostTier
-
-_SMALL = 4  # at most this many blocks: plain Python beats numpy's per-call overhead
-_NO_BLOCKS = np.zeros(0, dtype=np.int64)  # shared empty result (never written)
+from maserve_prefect.engine.sim.retention import HARD, NONE
+from maserve_prefect.errors import SimulationError
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class BlockRange(NamedTuple):
-    """Blocks `start..end-1` of `req` (what `any_cached` asks about a request's prompt)."""
-
-    req: SimRequest
-    start: int
-    end: int
-
-
-class KVCacheManager:
+class KVCacheManager(PrefixCache):
     """Block pool and per-request block tables for one replica.
 
     Args:
@@ -93,213 +57,20 @@ class KVCacheManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
-        if num_blocks < 1 or block_size < 1:
-            raise ConfigError(
-                f"KV cache needs num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
-            )
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.enable_prefix_caching = enable_prefix_caching
-        self.ref_cnt = np.zeros(num_blocks, dtype=np.int64)
-        self._idx = HashIndex(num_blocks)  # hash <-> block of the cached blocks
+        super().__init__(num_blocks, block_size, enable_prefix_caching)
         self.req_blocks: dict[int, BlockTable] = {}  # request seq -> block ids
-        self.num_cached_blocks: dict[int, int] = {}  # request seq -> blocks hashed so far
-        self.num_queried_tokens = 0
-        self.num_hit_tokens = 0
-        self._lookup: tuple[SimRequest, np.ndarray] | None = None
-        # request seq -> (epoch, its admission lookup), valid while `_epoch` is unchanged: the
-        # count of hashing calls that cached shareable (cross-request) hashes
-        self._lookups: dict[int, tuple[int, np.ndarray]] = {}
-        self._epoch = 0
-        self.max_queue_entries = 2 * num_blocks + 64  # then `_compact_queue`
-        # HEAR hooks (module docstring); None / empty / zero while unused. Keep the instance
-        # under 30 attributes: CPython shares (and fast-paths) instance dict keys up to 29.
-        self.host: HostTier | None = None
-        self.on_evict: Callable[[list[int]], None] | None = None
-        self.on_cache: Callable[[np.ndarray, np.ndarray], None] | None = None
+        # HEAR hooks (module docstring); empty while unused. Keep the instance (all three
+        # layers) under 30 attributes: CPython shares (and fast-paths) instance dict keys up
+        # to 29.
         self.host_loads: list[tuple[SimRequest, int]] = []
-        self._host_pending: tuple[SimRequest, list[int]] | None = None
         self._caps: dict[int, int] = {}  # request seq -> most blocks it may hold (kv_budget)
-        self.pin_level = np.zeros(num_blocks, dtype=np.int8)  # NONE / SOFT / HARD
-        self.pin_prio = np.zeros(num_blocks, dtype=np.float64)
-        self._num_pinned_free = 0  # pinned blocks on the free queue
-        self._num_hard_free = 0  # of them HARD: never allocatable
-        self._reset_queue()
-
-    def _reset_queue(self) -> None:
-        self._sid = itertools.count(1)
-        # each segment: [block ids in queue order, offset of the first unread entry, segment id]
-        self._segs: deque[list] = deque([[np.arange(self.num_blocks, dtype=np.int64), 0, 0]])
-        self._where = np.zeros(self.num_blocks, dtype=np.int64)  # segment id, -1 = not free
-        # segments holding stale entries (touched blocks); the others are read without a check
-        self._stale_sids: set[int] = set()
-        self._num_free = self.num_blocks
-        # entries in the segments, stale ones (touched blocks) included; bounded by compaction
-        self._num_entries = self.num_blocks
 
     # -- views -----------------------------------------------------------------------------
-
-    @property
-    def num_free_blocks(self) -> int:
-        """Free blocks an allocation may take (requirement-pinned free blocks excluded)."""
-        return self._num_free - self._num_hard_free
-
-    @property
-    def usage(self) -> float:
-        return 1.0 - (self._num_free - self._num_hard_free) / self.num_blocks
-
-    @property
-    def num_hard_pinned_free(self) -> int:
-        """Free blocks held back by requirement pins."""
-        return self._num_hard_free
 
     def blocks_of(self, req: SimRequest) -> list[int]:
         """`req`'s block ids in order (a new list)."""
         table = self.req_blocks.get(req.seq)
         return [] if table is None else table.tolist()
-
-    @property
-    def free_queue(self) -> list[int]:
-        """Free block ids, least recently freed first (the eviction order)."""
-        out: list[int] = []
-        where = self._where
-        for arr, off, sid in self._segs:
-            rest = arr[off:]
-            out.extend(rest[where[rest] == sid].tolist())
-        return out
-
-    @property
-    def block_hash(self) -> dict[int, int]:
-        """Block id -> hash, for the blocks whose hash is cached."""
-        return self._idx.block_hash()
-
-    @property
-    def cached(self) -> dict[int, int]:
-        """Hash -> block id of every cached (hit-able) block."""
-        return {h: b for b, h in self._idx.block_hash().items()}
-
-    def cached_mask(self, hashes: np.ndarray) -> np.ndarray:
-        """Whether each hash (a uint64 array) is cached here (a bool array): a query over the
-        hashes asked about, not a copy of the whole table."""
-        return self._idx.find(hashes) >= 0
-
-    # -- lookup ----------------------------------------------------------------------------
-
-    def get_computed_blocks(self, req: SimRequest) -> tuple[list[int], int]:
-        """Longest cached prefix of `req`'s full blocks, capped at `num_tokens - 1` tokens."""
-        hits, num_hit_tokens = self.lookup_prefix(req)
-        return hits.tolist(), num_hit_tokens
-
-    def lookup_prefix(self, req: SimRequest) -> tuple[np.ndarray, int]:
-        """`get_computed_blocks` with the hit blocks as an int64 array (the scheduler's form:
-        `ensure_slots` takes it as is)."""
-        if not self.enable_prefix_caching:
-            return _NO_BLOCKS, 0
-        max_blocks = (req.num_tokens - 1) // self.block_size
-        if max_blocks <= 0:
-            return _NO_BLOCKS, 0
-        hashes = req.block_hash_array(max_blocks)[:max_blocks]
-        if max_blocks <= _SMALL:
-            found_small: list[int] = []
-            for h in hashes.tolist():
-                b = self._idx.find_one(h)
-                if b < 0:
-                    break
-                found_small.append(b)
-            hits = np.array(found_small, dtype=np.int64)
-        else:
-            found = self._find(req, hashes, 0, max_blocks)
-            self._lookup = (req, found)  # the admission's hashing reuses it (`_cache_full_blocks`)
-            misses = np.flatnonzero(found < 0)
-            hits = found[: int(misses[0]) if len(misses) else max_blocks]
-        if self.host is not None and len(hits) < max_blocks:
-            return hits, (len(hits) + self._host_run(req, hashes, len(hits))) * self.block_size
-        return hits, len(hits) * self.block_size
-
-    def _host_run(self, req: SimRequest, hashes: np.ndarray, start: int) -> int:
-        """Blocks after the GPU hit that the host tier holds (a leading run); the admission's
-        allocation loads them (`ensure_slots`)."""
-        host = self.host
-        assert host is not None
-        if not len(host):
-            return 0
-        rest = hashes[start:].tolist()
-        run = host.prefix_run(rest)
-        if run:
-            self._host_pending = (req, rest[:run])
-        return run
-
-    def any_cached(self, hashes: np.ndarray | BlockRange) -> bool:
-        """Whether some block caches one of `hashes` (a uint64 array, or a request's block
-        range), or the host tier holds one (caching it on the GPU then changes the host tier
-        too).
-
-        A `BlockRange` is answered from its request's kept admission lookup while that is
-        valid (see `_cache_full_blocks`), else by looking up only the blocks that may be
-        cached (`_num_maybe_cached`): a chunked prefill does not look its prompt up twice.
-        """
-        if isinstance(hashes, BlockRange):
-            req, start, end = hashes
-            hashes = req.block_hash_array(end)[start:end]
-            was = self._kept_lookup(req, end)
-            if was is None:
-                cached = self._find(req, hashes, start, end) >= 0
-            else:
-                cached = self._idx.still_cached(was[start:end], hashes)
-        else:
-            cached = self._idx.find(hashes) >= 0
-        if np.count_nonzero(cached):
-            return True
-        host = self.host
-        return host is not None and len(host) > 0 and host.any_of(hashes.tolist())
-
-    def _find(self, req: SimRequest, hashes: np.ndarray, start: int, end: int) -> np.ndarray:
-        """`HashIndex.find` of `req`'s block hashes `start..end-1` (`hashes`), asking the index
-        only about the blocks that may be cached (`_num_maybe_cached`)."""
-        n = self._num_maybe_cached(req, end) - start
-        if n >= len(hashes):
-            return self._idx.find(hashes)
-        found = np.full(len(hashes), -1, dtype=np.intp)
-        if n > 0:
-            found[:n] = self._idx.find(hashes[:n])
-        return found
-
-    def _num_maybe_cached(self, req: SimRequest, end: int) -> int:
-        """Of `req`'s blocks `0..end-1`, how many leading ones may be cached (none after them is).
-
-        For a prompt given as prefix-block hashes, block j's hash derives from the prefix key
-        of its last prefix block (`SimRequest.prefix_keys`, one per chain value), so a key no
-        cached hash derives from (`HashIndex.chains`) rules out every block that derives from
-        it. The registered keys are prefix-closed (a request registers its keys from where its
-        cached prefix ends, and that prefix was registered by whoever cached it), so the first
-        unregistered one bounds the rest. Blocks past the shareable prefix hold hashes unique to
-        `req`: cached nowhere unless `req` cached them before a preemption. (Exact up to 64-bit
-        hash collisions, which prefix caching assumes away anyway.)
-        """
-        chains = self._idx.chains
-        if chains is None or req.num_preemptions or not req.has_prefix_chain:
-            return end
-        p = 0
-        for c in req.prefix_keys().tolist():
-            if c not in chains:
-                break
-            p += 1
-        return min(end, req.num_blocks_within(p), req.num_shareable_blocks)
-
-    def _kept_lookup(self, req: SimRequest, end: int) -> np.ndarray | None:
-        """`req`'s kept lookup (block per hash at its admission) if still valid and covering
-        blocks `0..end-1`."""
-        kept = self._lookups.get(req.seq)
-        if kept is None or kept[0] != self._epoch or len(kept[1]) < end:
-            return None
-        return kept[1]
-
-    def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
-        """Count an admitted request's prefix lookup (queries and hits, in tokens). Host-tier
-        hits count in `host.num_hit_tokens`: the admission's load took them off the GPU hits
-        in advance (`_commit_host_load`)."""
-        self.num_queried_tokens += num_tokens
-        self.num_hit_tokens += num_hit_tokens
 
     # -- allocation ------------------------------------------------------------------------
 
@@ -365,7 +136,7 @@ class KVCacheManager:
                 or num_total_tokens // self.block_size <= self.num_cached_blocks.get(req.seq, 0)
             )
         ):
-            return _NO_BLOCKS  # most decode steps: no block to take, none newly full
+            return NO_BLOCKS  # most decode steps: no block to take, none newly full
         if blocks is None:
             blocks = self.req_blocks[req.seq] = BlockTable(
                 -(-(req.num_prompt_tokens + req.max_tokens) // self.block_size)
@@ -412,12 +183,12 @@ class KVCacheManager:
             self.ref_cnt[hits] = hit_refs
             blocks.extend(hits)
 
-        if num_new > _SMALL:
+        if num_new > MAX_SCALAR_BLOCKS:
             new_arr = self._pop_free_array(num_new)
         elif num_new:
             new_arr = np.array(self._pop_free(num_new), dtype=np.int64)
         else:
-            new_arr = _NO_BLOCKS
+            new_arr = NO_BLOCKS
         if num_new:
             blocks.extend(new_arr)
         if self.enable_prefix_caching:
@@ -472,196 +243,6 @@ class KVCacheManager:
         if self.enable_prefix_caching:
             self._cache_full_blocks(req, self.req_blocks[req.seq].view(), num_tokens)
 
-    def _pop_free(self, n: int) -> list[int]:
-        """Take the `n` least recently freed blocks, evicting their hashes (they get new tokens)."""
-        if n > _SMALL:
-            return self._pop_free_array(n).tolist()
-        if self._num_pinned_free:
-            return self._pop_pinned(n).tolist()
-        self._num_free -= n
-        segs, where = self._segs, self._where
-        taken: list[int] = []
-        evicted: list[int] | None = None if self.on_evict is None else []
-        while len(taken) < n:
-            seg = segs[0]
-            arr, off, sid = seg
-            if off >= len(arr):
-                self._num_entries -= len(segs.popleft()[0])
-                continue
-            b = int(arr[off])
-            seg[1] = off + 1
-            if where[b] == sid:
-                taken.append(b)
-                where[b] = -1
-                self.ref_cnt[b] = 1
-                if evicted is not None and self._idx.hashed[b]:
-                    evicted.append(int(self._idx.hash_val[b]))
-                self._idx.evict_one(b)
-        if evicted:
-            self.on_evict(evicted)  # type: ignore[misc]
-        return taken
-
-    def _pop_free_array(self, n: int) -> np.ndarray:
-        """`_pop_free` for n > `_SMALL`, as an int64 array."""
-        if self._num_pinned_free:
-            return self._pop_pinned(n)
-        self._num_free -= n
-        segs, where = self._segs, self._where
-        parts = []
-        need = n
-        while need:
-            seg = segs[0]
-            arr, off, sid = seg
-            if off >= len(arr):
-                self._num_entries -= len(segs.popleft()[0])
-                continue
-            window = arr[off : off + need]
-            seg[1] = off + len(window)
-            live = window[where.take(window) == sid] if sid in self._stale_sids else window
-            parts.append(live)
-            need -= len(live)
-        got: np.ndarray = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        where[got] = -1
-        self.ref_cnt[got] = 1
-        if self.on_evict is not None:
-            self._emit_evictions(got)
-        self._idx.evict(got)  # its hash is no longer cached
-        return got
-
-    def _emit_evictions(self, got: np.ndarray) -> None:
-        idx = self._idx
-        gone = idx.hash_val[got][idx.hashed[got]]
-        if len(gone):
-            self.on_evict(gone.tolist())  # type: ignore[misc]
-
-    def _pop_pinned(self, n: int) -> np.ndarray:
-        """Take `n` free blocks by the retention rule (`retention.py`): unpinned ones in queue
-        order, then soft-pinned ones by lowest priority (oldest first among equal), never hard
-        ones. Pinned blocks passed over keep their order in a segment at the queue's front."""
-        segs, where, level = self._segs, self._where, self.pin_level
-        parts: list[np.ndarray] = []
-        kept: list[np.ndarray] = []
-        need = n
-        while need and segs:
-            seg = segs[0]
-            arr, off, sid = seg
-            window = arr[off:]
-            live = where[window] == sid
-            loose = live & (level[window] == NONE)
-            cum = np.cumsum(loose)
-            total = int(cum[-1]) if len(cum) else 0
-            if total <= need:
-                parts.append(window[loose])
-                kept.append(window[live & ~loose])
-                need -= total
-                self._num_entries -= len(segs.popleft()[0])
-            else:
-                cut = int(np.searchsorted(cum, need)) + 1  # through the need-th loose block
-                parts.append(window[:cut][loose[:cut]])
-                kept.append(window[:cut][(live & ~loose)[:cut]])
-                seg[1] = off + cut
-                need = 0
-        pinned = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
-        if need:  # every unpinned free block is taken: soft pins by priority
-            soft = pinned[level[pinned] == SOFT]
-            chosen = soft[soft_order(self.pin_prio[soft])[:need]]
-            if len(chosen) < need:
-                raise SimulationError(
-                    f"{n} blocks asked for but only {n - need + len(chosen)} are free and not "
-                    "pinned by requirement (the caller's fit check was wrong)"
-                )
-            parts.append(chosen)
-            pinned = pinned[~np.isin(pinned, chosen)]
-            self._unfree_pins(chosen)
-            level[chosen] = NONE
-            self.pin_prio[chosen] = 0.0
-        if len(pinned):
-            sid = next(self._sid)
-            where[pinned] = sid
-            segs.appendleft([pinned, 0, sid])
-            self._num_entries += len(pinned)
-        got = np.concatenate(parts) if len(parts) != 1 else parts[0]
-        self._num_free -= n
-        where[got] = -1
-        self.ref_cnt[got] = 1
-        if self.on_evict is not None:
-            self._emit_evictions(got)
-        self._idx.evict(got)
-        return got
-
-    def _cache_full_blocks(
-        self,
-        req: SimRequest,
-        blocks: np.ndarray,
-        num_tokens: int,
-        lookup: tuple[SimRequest, np.ndarray] | None = None,
-        uncached: bool = False,
-    ) -> None:
-        """Hash the blocks `num_tokens` tokens fill; a duplicate of a cached block stays unhashed.
-
-        `blocks` is `req`'s block table (`BlockTable.view()`). Which of the new hashes are cached elsewhere already (duplicates) is asked of the index
-        only where the answer can be yes and is not known:
-        - a block past the shareable prefix has a hash unique to `req` (`request.py`): cached
-          nowhere unless `req` cached it before a preemption, so it is not looked up then;
-        - `lookup` (the admission's prefix lookup of `req`, or the one kept in `_lookups` while
-          no other request has cached a shareable hash since, `_epoch`) says which block cached
-          each hash then. Since then blocks were only touched, taken (taking unhashes them) or
-          given `req`'s own other hashes, so a hash is still cached exactly where that block
-          still holds it.
-        """
-        start = self.num_cached_blocks.get(req.seq, 0)
-        num_full = min(num_tokens // self.block_size, len(blocks))
-        if num_full <= start:
-            return
-        self.num_cached_blocks[req.seq] = num_full
-        sh = req.block_hash_array(num_full)[start:num_full]
-        idx = self._idx
-        n_shared = req.num_shareable_blocks
-        # hashes [start, check_end) may be cached elsewhere; later ones are unique to `req`
-        check_end = num_full if req.num_preemptions else max(min(num_full, n_shared), start)
-        kept = self._lookups.get(req.seq)
-        if kept is not None and kept[0] != self._epoch:
-            kept = None
-        if start < n_shared:  # shareable hashes get cached: other requests' lookups go stale
-            self._epoch += 1
-            if req.has_prefix_chain and idx.chains is not None:
-                p0, p1 = req.prefix_positions(start, min(num_full, n_shared))
-                idx.chains.update(req.prefix_keys()[p0:p1].tolist())
-        if num_full - start <= _SMALL:
-            for b, h in zip(blocks[start:num_full].tolist(), sh.tolist(), strict=True):
-                # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
-                if not idx.hashed[b] and idx.find_one(h) < 0:
-                    idx.add_one(b, h)
-                    if self.on_cache is not None:
-                        self.on_cache(np.array([b]), np.array([h], dtype=np.uint64))
-        else:
-            sb = blocks[start:num_full]
-            skip = idx.hashed.take(sb)  # a hit block is hashed already
-            n_check = 0 if uncached else check_end - start
-            if n_check:
-                if lookup is not None and len(lookup[1]) >= check_end:
-                    was = lookup[1][start:check_end]
-                elif kept is not None and len(kept[1]) >= check_end:
-                    was = kept[1][start:check_end]
-                else:
-                    was = None
-                sc = sh[:n_check]
-                if was is not None:
-                    dup = idx.still_cached(was, sc)
-                else:
-                    dup = self._find(req, sc, start, check_end) >= 0
-                skip[:n_check] |= dup  # a duplicate stays uncached (vLLM keeps one)
-            if np.count_nonzero(skip):
-                keep = ~skip
-                sb, sh = sb[keep], sh[keep]
-            idx.add(sb, sh)
-            if self.on_cache is not None and len(sb):
-                self.on_cache(sb, sh)
-        if lookup is not None:
-            self._lookups[req.seq] = (self._epoch, lookup[1])
-        elif kept is not None:
-            self._lookups[req.seq] = (self._epoch, kept[1])
-
     def free(self, req: SimRequest) -> None:
         """Release `req`'s blocks, tail first onto the free queue; hashed blocks stay cached."""
         self._lookup = None
@@ -680,40 +261,7 @@ class KVCacheManager:
         if len(zero):
             self._push_free(zero)
 
-    def _push_free(self, zero: np.ndarray) -> None:
-        """Append unreferenced blocks to the free queue's tail, in order."""
-        sid = next(self._sid)
-        self._where[zero] = sid
-        self._segs.append([zero, 0, sid])
-        self._num_free += len(zero)
-        self._num_entries += len(zero)
-        lv = self.pin_level[zero]  # per freed batch, not per step: cheap enough to always do
-        if np.count_nonzero(lv):
-            self._num_pinned_free += int(np.count_nonzero(lv))
-            self._num_hard_free += int(np.count_nonzero(lv == HARD))
-        if self._num_entries > self.max_queue_entries:
-            self._compact_queue()
-
-    # -- HEAR: pins, prepared loads, compression -------------------------------------------
-
-    def _unfree_pins(self, blocks: np.ndarray) -> None:
-        """Pinned blocks among `blocks` leave the free queue (touched or taken)."""
-        lv = self.pin_level[blocks]
-        self._num_pinned_free -= int(np.count_nonzero(lv))
-        self._num_hard_free -= int(np.count_nonzero(lv == HARD))
-
-    def set_pin(self, block: int, level: int, priority: float = 0.0) -> None:
-        """Set one block's pin level (NONE / SOFT / HARD) and retention priority."""
-        old = int(self.pin_level[block])
-        self.pin_level[block] = level
-        self.pin_prio[block] = priority if level else 0.0
-        if self.ref_cnt[block] == 0:  # free: on the queue
-            self._num_pinned_free += (level != NONE) - (old != NONE)
-            self._num_hard_free += (level == HARD) - (old == HARD)
-
-    def block_of(self, block_hash: int) -> int:
-        """The GPU block caching `block_hash`, or -1."""
-        return self._idx.find_one(block_hash)
+    # -- HEAR: prepared loads, compression -------------------------------------------------
 
     def load_blocks(self, hashes: Sequence[int]) -> list[int]:
         """Cache `hashes` (distinct, cached on no GPU block) in free blocks, as many as fit:
@@ -754,16 +302,6 @@ class KVCacheManager:
 
     def is_compressed(self, req: SimRequest) -> bool:
         return req.seq in self._caps
-
-    def _compact_queue(self) -> None:
-        """Rewrite the queue as one segment of its live entries (touched blocks leave stale
-        entries behind when the front rarely advances, e.g. a large, lightly used pool)."""
-        live = np.array(self.free_queue, dtype=np.int64)
-        sid = next(self._sid)
-        self._where[live] = sid
-        self._segs = deque([[live, 0, sid]])
-        self._stale_sids = set()
-        self._num_entries = len(live)
 
     def reset_prefix_cache(self) -> None:
         """Drop every cached hash and restore the initial free order (vLLM `reset_prefix_cache`).
@@ -811,15 +349,3 @@ class KVCacheManager:
             if self._idx.find_one(h) != b:
                 raise SimulationError(f"cache index points block {b} at a stale hash")
         self._check_pins(np.asarray(queue, dtype=np.int64))
-
-    def _check_pins(self, queue: np.ndarray) -> None:
-        lv = self.pin_level
-        on_queue = lv[queue]
-        counts = (int(np.count_nonzero(on_queue)), int(np.count_nonzero(on_queue == HARD)))
-        if counts != (self._num_pinned_free, self._num_hard_free):
-            raise SimulationError(
-                f"KV pin counts (free, hard free) {counts} disagree with the kept "
-                f"{(self._num_pinned_free, self._num_hard_free)}"
-            )
-        if np.any(lv[~self._idx.hashed[: self.num_blocks]] != NONE):
-            raise SimulationError("a KV block without a cached hash carries a pin")

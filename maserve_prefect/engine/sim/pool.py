@@ -59,7 +59,8 @@ from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.lifecycle_exec import DONE_EVENT, PoolReplica, execute_plan
 from maserve_prefect.engine.sim.pool_export import device_time_rows, step_rows
 from maserve_prefect.engine.sim.records import Timeline
-from maserve_prefect.engine.sim.replica import LogEntry, SimReplica
+from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.engine.sim.step_time import make_step_model
 from maserve_prefect.errors import ConfigError
 

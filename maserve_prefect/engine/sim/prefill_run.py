@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from maserve_prefect.clock import Cancellable
 from maserve_prefect.engine.sim.cost import ScheduledChunk, StepCost, StepCostModel
-from maserve_prefect.engine.sim.kv_cache import BlockRange
+from maserve_prefect.engine.sim.kv_prefix_cache import BlockRange
 from maserve_prefect.engine.sim.request import SimRequest
 from maserve_prefect.engine.sim.scheduler import Scheduler, SchedulerOutput
 from maserve_prefect.errors import SimulationError
