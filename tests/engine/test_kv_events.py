@@ -18,17 +18,16 @@ import pytest
 import zmq
 
 import maserve_prefect.engine.openai.kv_events as kv_mod
-from maserve_prefect.engine.openai.kv_events import (
+from maserve_prefect.engine.openai.kv_decode import (
     AllBlocksCleared,
-    BlockInfo,
     BlockRemoved,
     BlockStored,
     KVEventBatch,
-    KVEventSubscriber,
-    ResidencyDirectory,
     UnknownEvent,
     decode_batch,
 )
+from maserve_prefect.engine.openai.kv_events import KVEventSubscriber
+from maserve_prefect.engine.openai.kv_residency import BlockInfo, ResidencyDirectory
 from maserve_prefect.errors import ConfigError, EngineError
 
 TIMEOUT_S = 10.0

@@ -12,7 +12,7 @@ import pytest
 from openai_stub import StubConfig, StubServer, serve
 
 from maserve_prefect.engine.openai import OpenAIEngine, RetryPolicy, discover, synth_token_ids
-from maserve_prefect.engine.openai.engine import classify_error
+from maserve_prefect.engine.openai.retry import classify_error
 from maserve_prefect.engine.protocol import (
     Acceptance,
     ExecutionMode,

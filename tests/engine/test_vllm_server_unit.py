@@ -17,12 +17,9 @@ import pytest
 
 from maserve_prefect.engine.protocol import Acceptance, LifecycleAction, LifecycleTicket
 from maserve_prefect.engine.vllm.pool import ServerStatus, VLLMProcessPool
-from maserve_prefect.engine.vllm.server import (
-    VLLMServer,
-    VLLMServerConfig,
-    group_rss_bytes,
-    process_group_members,
-)
+from maserve_prefect.engine.vllm.process_group import group_rss_bytes, process_group_members
+from maserve_prefect.engine.vllm.server import VLLMServer
+from maserve_prefect.engine.vllm.server_config import VLLMServerConfig
 from maserve_prefect.errors import ConfigError, EngineError
 
 STANDIN = r"""

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from maserve_prefect.engine.openai.kv_events import KVEventSubscriber
-from maserve_prefect.engine.vllm.server import VLLMServer, VLLMServerConfig
+from maserve_prefect.engine.vllm.server import VLLMServer
+from maserve_prefect.engine.vllm.server_config import VLLMServerConfig
 from maserve_prefect.engine.vllm.venv import build_tiny_model
 
 KV_CACHE = "16M"

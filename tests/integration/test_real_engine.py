@@ -12,7 +12,8 @@ import pytest
 from conftest import server_config
 
 from maserve_prefect.engine.openai.engine import OpenAIEngine
-from maserve_prefect.engine.openai.kv_events import BlockStored, KVEventSubscriber
+from maserve_prefect.engine.openai.kv_decode import BlockStored
+from maserve_prefect.engine.openai.kv_events import KVEventSubscriber
 from maserve_prefect.engine.openai.metrics import (
     NUM_REQUESTS_RUNNING,
     NUM_REQUESTS_WAITING,

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from maserve_prefect.engine.openai.discovery import ServerInfo, discover
-    from maserve_prefect.engine.openai.engine import OpenAIEngine, RetryPolicy
+    from maserve_prefect.engine.openai.engine import OpenAIEngine
     from maserve_prefect.engine.openai.prompts import build_call, synth_token_ids
+    from maserve_prefect.engine.openai.retry import RetryPolicy
 
 _WHERE = {
     "OpenAIEngine": "engine",
-    "RetryPolicy": "engine",
+    "RetryPolicy": "retry",
     "ServerInfo": "discovery",
     "discover": "discovery",
     "build_call": "prompts",

@@ -3,10 +3,11 @@
 The one idea: `submit` never waits on the network. It decides acceptance at once (deployment,
 controls, prompt form, context length), hands the request to an asyncio loop that the engine runs
 in its own daemon thread, and returns the `Ticket`. The loop streams the call with the `openai`
-client (at most `max_concurrency` at a time, the client's own retries off), retries 5xx answers,
-connection errors and timeouts by its `RetryPolicy` — a retry after a partial stream restarts the
-request — and resolves the ticket through `deliver`, which moves the callbacks onto the caller's
-regime (e.g. `lambda fn: gate.defer(None, fn)` runs them under the `WallGate` lock).
+client (at most `max_concurrency` at a time, the client's own retries off; one attempt is
+`stream.stream_attempt`), retries 5xx answers, connection errors and timeouts by its `RetryPolicy`
+(`retry.py`) — a retry after a partial stream restarts the request — and resolves the ticket
+through `deliver`, which moves the callbacks onto the caller's regime (e.g.
+`lambda fn: gate.defer(None, fn)` runs them under the `WallGate` lock).
 
 Times: every time in an `Outcome` (arrival = submit time, first token, finish, each `Attempt`'s
 start and end) is on the caller's clock `now` (default: monotonic seconds since construction).
@@ -24,36 +25,32 @@ connect) or "stopped" (closed). Queue counts are this engine's own in-flight req
 holding a concurrency slot) unless a `state_source` supplies vLLM's gauges by Prometheus name
 (`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`); block
 fields are 0 (HTTP does not show blocks).
-
-Examples:
-    >>> RetryPolicy(max_attempts=3, backoff_s=0.2).delay_s(2)
-    0.4
-    >>> classify_error(TimeoutError()).kind
-    'timeout'
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-import httpx
 import openai
 
 from maserve_prefect.engine.openai.discovery import ServerInfo, discover, normalize_base_url
 from maserve_prefect.engine.openai.prompts import (
     DEFAULT_VOCAB_SIZE,
-    CallSpec,
     ServerFeatures,
     build_call,
     resolve_controls,
+)
+from maserve_prefect.engine.openai.retry import RetryPolicy, classify_error
+from maserve_prefect.engine.openai.stream import (
+    Job,
+    completed_outcome,
+    ended_outcome,
+    stream_attempt,
 )
 from maserve_prefect.engine.protocol import (
     Acceptance,
@@ -71,126 +68,11 @@ from maserve_prefect.engine.protocol import (
 )
 from maserve_prefect.errors import ConfigError, EngineError, UnsupportedError
 
-try:  # openai >= 3 speaks through httpx2; older releases through httpx
-    import httpx2
-
-    _TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.TransportError, httpx2.TransportError)
-except ImportError:  # pragma: no cover - depends on the installed openai
-    _TRANSPORT_ERRORS = (httpx.TransportError,)
-
-__all__ = ["ERROR_KINDS", "Failure", "OpenAIEngine", "RetryPolicy", "classify_error"]
+__all__ = ["OpenAIEngine"]
 
 log = logging.getLogger(__name__)
 
-ERROR_KINDS = ("5xx", "4xx", "429", "connection", "timeout", "internal")
-"""How a failed attempt is classified; `RetryPolicy.retry_on` names the kinds to retry."""
-
 Deliver = Callable[[Callable[[], None]], None]
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """When and how often a failed attempt is tried again.
-
-    Args:
-        max_attempts: attempts in all (1 = never retry).
-        backoff_s: wait before the second attempt; doubles each time, capped at `max_backoff_s`.
-        max_backoff_s: the longest wait between attempts.
-        retry_on: error kinds to retry (see `ERROR_KINDS`); 4xx answers are not retried by
-            default (the request itself is wrong), 429 only if listed.
-
-    Raises:
-        ConfigError: a bound out of range or an unknown kind.
-    """
-
-    max_attempts: int = 3
-    backoff_s: float = 0.2
-    max_backoff_s: float = 5.0
-    retry_on: tuple[str, ...] = ("5xx", "connection", "timeout")
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1 or self.backoff_s < 0 or self.max_backoff_s < 0:
-            raise ConfigError(
-                f"{self!r}: need max_attempts >= 1 and non-negative backoff_s / max_backoff_s"
-            )
-        unknown = sorted(set(self.retry_on) - set(ERROR_KINDS))
-        if unknown:
-            raise ConfigError(f"RetryPolicy.retry_on: unknown kinds {unknown}; use {ERROR_KINDS}")
-
-    def delay_s(self, attempt: int) -> float:
-        """The wait after failed attempt number `attempt` (1-based)."""
-        return min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """A classified attempt failure: its kind, the HTTP status (if any) and a message."""
-
-    kind: str
-    status_code: int | None
-    message: str
-
-
-class IncompleteStreamError(Exception):
-    """The stream ended without a finish reason (the connection went away mid-answer)."""
-
-
-def _server_message(exc: openai.APIStatusError) -> str:
-    """The server's own message (vLLM: `{"message": ...}` or `{"error": {"message": ...}}`)."""
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error")
-        msg = inner.get("message") if isinstance(inner, dict) else body.get("message")
-        if isinstance(msg, str) and msg:
-            return msg
-    return exc.message
-
-
-def classify_error(exc: BaseException) -> Failure:
-    """Classify an attempt's exception into one of `ERROR_KINDS`.
-
-    Examples:
-        >>> classify_error(IncompleteStreamError("cut")).kind
-        'connection'
-        >>> classify_error(ValueError("bug")).kind
-        'internal'
-    """
-    if isinstance(exc, openai.APIStatusError):
-        code = exc.status_code
-        kind = "5xx" if code >= 500 else ("429" if code == 429 else "4xx")
-        return Failure(kind, code, f"HTTP {code}: {_server_message(exc)}")
-    if isinstance(exc, openai.APITimeoutError | TimeoutError):
-        return Failure("timeout", None, f"timed out ({type(exc).__name__})")
-    if isinstance(exc, (openai.APIConnectionError, IncompleteStreamError, *_TRANSPORT_ERRORS)):
-        cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
-        return Failure("connection", None, f"connection error: {type(exc).__name__}: {exc}{cause}")
-    if isinstance(exc, openai.APIError):  # an error event inside the stream: the server failed
-        return Failure("5xx", None, f"server error in stream: {exc.message}")
-    return Failure("internal", None, f"{type(exc).__name__}: {exc}")
-
-
-@dataclass(slots=True)
-class _Job:
-    request: Request
-    spec: CallSpec
-    ticket: Ticket
-    notes: tuple[str, ...]
-    mode: str
-    arrival_s: float
-    attempts: list[Attempt] = field(default_factory=list)
-    running: bool = False
-    first_token_s: float | None = None  # first token of any attempt (what the ticket reported)
-
-
-@dataclass(slots=True)
-class _Streamed:
-    text: str
-    token_ids: tuple[int, ...] | None
-    first_token_s: float | None
-    num_prompt_tokens: int | None
-    num_output_tokens: int | None
-    num_cached_tokens: int
-    num_pieces: int  # chunks that carried output (the count when the server sends no usage)
 
 
 class OpenAIEngine:
@@ -275,7 +157,7 @@ class OpenAIEngine:
         self._loop_thread: threading.Thread | None = None  # the caller's, when attached
         self._client: openai.AsyncOpenAI | None = None
         self._sem: asyncio.Semaphore | None = None
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # touched on the loop thread only
         self._closed = False
         self._unreachable = False
@@ -433,7 +315,10 @@ class OpenAIEngine:
         with self._lock:  # tasks cancelled before their first step never ran their handler
             left = list(self._jobs.values())
         for job in left:
-            self._finish(job, self._ended(job, OutcomeStatus.ABORTED, "aborted: engine closed"))
+            self._finish(
+                job,
+                ended_outcome(job, OutcomeStatus.ABORTED, "aborted: engine closed", self._now()),
+            )
         if self._client is not None:
             await self._client.close()
 
@@ -517,7 +402,7 @@ class OpenAIEngine:
             )
         notes = choice.notes + spec.notes
         ticket = Ticket(rid, Acceptance.ACCEPTED, notes=notes)
-        job = _Job(request, spec, ticket, notes, choice.mode, arrival_s)
+        job = Job(request, spec, ticket, notes, choice.mode, arrival_s)
         with self._lock:
             if self._closed:
                 return Ticket(rid, Acceptance.REJECTED, f"{self.name} is closed")
@@ -612,12 +497,12 @@ class OpenAIEngine:
             log.exception("%s: a ticket callback raised", self.name)
             self.callback_errors.append(exc)
 
-    def _spawn(self, job: _Job) -> None:
+    def _spawn(self, job: Job) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _finish(self, job: _Job, outcome: Outcome) -> None:
+    def _finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:
             if self._jobs.pop(job.request.request_id, None) is None:
                 return  # already resolved
@@ -630,44 +515,35 @@ class OpenAIEngine:
             self._counters["num_retries"] += max(len(job.attempts) - 1, 0)
         self._deliver(lambda: job.ticket.resolve(outcome))
 
-    def _ended(self, job: _Job, status: OutcomeStatus, error: str) -> Outcome:
-        req = job.request
-        return Outcome(
-            request_id=req.request_id,
-            status=status,
-            num_prompt_tokens=req.num_prompt(),
-            num_output_tokens=0,
-            num_cached_tokens=0,
-            num_preemptions=0,
-            realized_mode=job.mode,
-            arrival_s=job.arrival_s,
-            first_scheduled_s=None,
-            first_token_s=None,
-            finish_s=self._now(),
-            notes=job.notes,
-            error=error,
-            attempts=tuple(job.attempts),
-        )
-
-    async def _serve(self, job: _Job) -> None:
+    async def _serve(self, job: Job) -> None:
         try:
             outcome = await self._attempts(job)
         except asyncio.CancelledError:
-            self._finish(job, self._ended(job, OutcomeStatus.ABORTED, "aborted: engine closed"))
+            self._finish(
+                job,
+                ended_outcome(job, OutcomeStatus.ABORTED, "aborted: engine closed", self._now()),
+            )
             raise
         except Exception as exc:  # a bug here must still resolve the ticket, loudly
             log.exception("%s: request %s crashed", self.name, job.request.request_id)
-            outcome = self._ended(job, OutcomeStatus.FAILED, f"internal error: {exc!r}")
+            outcome = ended_outcome(
+                job, OutcomeStatus.FAILED, f"internal error: {exc!r}", self._now()
+            )
         self._finish(job, outcome)
 
-    async def _attempts(self, job: _Job) -> Outcome:
-        assert self._sem is not None
+    async def _attempts(self, job: Job) -> Outcome:
+        assert self._sem is not None and self._client is not None
         for number in range(1, self.retry.max_attempts + 1):
             async with self._sem:
                 job.running = True
                 start_s = self._now()
                 try:
-                    got = await asyncio.wait_for(self._stream(job), self.request_timeout_s)
+                    got = await asyncio.wait_for(
+                        stream_attempt(
+                            self._client, job, self._now, lambda t_s: self._first_token(job, t_s)
+                        ),
+                        self.request_timeout_s,
+                    )
                 except asyncio.CancelledError:
                     job.attempts.append(Attempt(number, start_s, self._now(), "aborted"))
                     raise
@@ -680,104 +556,17 @@ class OpenAIEngine:
                 else:
                     job.attempts.append(Attempt(number, start_s, self._now()))
                     self._unreachable = False
-                    return self._completed(job, got)
+                    return completed_outcome(job, got)
                 finally:
                     job.running = False
             if fail.kind not in self.retry.retry_on or number == self.retry.max_attempts:
                 break
             await asyncio.sleep(self.retry.delay_s(number))
-        return self._ended(job, OutcomeStatus.FAILED, f"after {number} attempt(s): {fail.message}")
-
-    async def _stream(self, job: _Job) -> _Streamed:
-        """One streaming call through the openai client, read as raw server-sent events.
-
-        The chunks are decoded with `json.loads` rather than the SDK's typed models: a vLLM
-        stream carries one chunk per token per request, and on a small machine per-chunk model
-        construction would make this client, not the server, the bottleneck — late first-token
-        and finish times are exactly what a measurement tool must not produce.
-        """
-        assert self._client is not None
-        spec, chat = job.spec, job.spec.endpoint == "chat"
-        resource: Any = self._client.chat.completions if chat else self._client.completions
-        parts: list[str] = []
-        ids: list[int] | None = []
-        num_pieces = 0
-        usage: dict[str, Any] | None = None
-        first_s: float | None = None
-        finished = False
-        async with resource.with_streaming_response.create(
-            **spec.params, extra_body=spec.extra_body or None
-        ) as response:
-            async for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    continue  # the stream ends here; let the line iterator finish cleanly
-                chunk = json.loads(data)
-                if "error" in chunk and not chunk.get("choices"):
-                    raise IncompleteStreamError(f"the server sent an error: {chunk['error']}")
-                usage = chunk.get("usage") or usage
-                for choice in chunk.get("choices") or ():
-                    piece = (
-                        (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-                    ) or ""
-                    toks = choice.get("token_ids")
-                    if piece or toks:
-                        num_pieces += 1
-                        if first_s is None:
-                            first_s = self._now()
-                            self._first_token(job, first_s)
-                    parts.append(piece)
-                    if toks and ids is not None:
-                        ids.extend(int(t) for t in toks)
-                    elif piece:
-                        ids = None  # text without ids: the server does not return them
-                    finished = finished or bool(choice.get("finish_reason"))
-        if not finished:
-            raise IncompleteStreamError("the stream ended before a finish_reason")
-        details = (usage or {}).get("prompt_tokens_details") or {}
-        return _Streamed(
-            text="".join(parts),
-            token_ids=tuple(ids) if ids else None,
-            first_token_s=first_s,
-            num_prompt_tokens=(usage or {}).get("prompt_tokens"),
-            num_output_tokens=(usage or {}).get("completion_tokens"),
-            num_cached_tokens=int(details.get("cached_tokens") or 0),
-            num_pieces=num_pieces,
+        return ended_outcome(
+            job, OutcomeStatus.FAILED, f"after {number} attempt(s): {fail.message}", self._now()
         )
 
-    def _first_token(self, job: _Job, t_s: float) -> None:
+    def _first_token(self, job: Job, t_s: float) -> None:
         if job.first_token_s is None:
             job.first_token_s = t_s
             self._deliver(lambda: job.ticket.resolve_first_token(t_s))
-
-    def _completed(self, job: _Job, got: _Streamed) -> Outcome:
-        notes = list(job.notes)
-        num_prompt, num_output = got.num_prompt_tokens, got.num_output_tokens
-        if num_prompt is None or num_output is None:
-            notes.append("the server sent no usage; token counts are estimates")
-            num_prompt = job.request.num_prompt() if num_prompt is None else num_prompt
-            if num_output is None:
-                num_output = len(got.token_ids) if got.token_ids else got.num_pieces
-        if job.first_token_s is not None and job.first_token_s != got.first_token_s:
-            notes.append(
-                f"the ticket's first token ({job.first_token_s:.6f} s) came from a failed attempt"
-            )
-        return Outcome(
-            request_id=job.request.request_id,
-            status=OutcomeStatus.COMPLETED,
-            num_prompt_tokens=num_prompt,
-            num_output_tokens=num_output,
-            num_cached_tokens=got.num_cached_tokens,
-            num_preemptions=0,
-            realized_mode=job.mode,
-            arrival_s=job.arrival_s,
-            first_scheduled_s=None,
-            first_token_s=got.first_token_s,
-            finish_s=job.attempts[-1].end_s,
-            notes=tuple(notes),
-            output_text=got.text,
-            output_token_ids=got.token_ids,
-            attempts=tuple(job.attempts),
-        )

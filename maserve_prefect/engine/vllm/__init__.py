@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from maserve_prefect.engine.vllm.pool import ServerStatus, VLLMProcessPool
-    from maserve_prefect.engine.vllm.server import LifecycleRecord, VLLMServer, VLLMServerConfig
+    from maserve_prefect.engine.vllm.server import LifecycleRecord, VLLMServer
+    from maserve_prefect.engine.vllm.server_config import VLLMServerConfig
     from maserve_prefect.engine.vllm.venv import build_tiny_model, ensure_vllm_python
 
 _EXPORTS = {
@@ -24,7 +25,7 @@ _EXPORTS = {
     "ServerStatus": "pool",
     "VLLMProcessPool": "pool",
     "VLLMServer": "server",
-    "VLLMServerConfig": "server",
+    "VLLMServerConfig": "server_config",
     "build_tiny_model": "venv",
     "ensure_vllm_python": "venv",
 }

@@ -46,7 +46,8 @@ from maserve_prefect.engine.protocol import (
     LifecycleAction,
     LifecycleTicket,
 )
-from maserve_prefect.engine.vllm.server import LifecycleRecord, VLLMServer, VLLMServerConfig
+from maserve_prefect.engine.vllm.server import LifecycleRecord, VLLMServer
+from maserve_prefect.engine.vllm.server_config import VLLMServerConfig
 from maserve_prefect.errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
