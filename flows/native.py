@@ -33,7 +33,7 @@ from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.harness import Harness, activate, get_harness
 from maserve_prefect.runtime.lockstep import Gate, VirtualGate
 from maserve_prefect.runtime.oprun import scope
-from maserve_prefect.runtime.pool_control import needs_pool, sim_pool_dispatcher
+from maserve_prefect.runtime.pool_dispatch import needs_pool, sim_pool_dispatcher
 from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.runtime.wallgate import WallGate
 from maserve_prefect.spec.binding import Quality, TaskBinding

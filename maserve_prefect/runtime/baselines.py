@@ -27,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from maserve_prefect.runtime.constructor import LifecycleOption, WorkItem, lifecycle_option
-from maserve_prefect.runtime.joint_plan import PoolSnapshot, Round, pool_snapshot
+from maserve_prefect.runtime.plan_round import Round
 from maserve_prefect.runtime.plans import Decisions, Snapshot, register_plan
+from maserve_prefect.runtime.pool_snapshot import PoolSnapshot, pool_snapshot
 from maserve_prefect.runtime.pool_state import INF, ReplicaInfo
 from maserve_prefect.runtime.window import WindowUnit
 

@@ -28,12 +28,13 @@ Units become known in one of two ways, never mixed for one root:
   order, so the books at a plan do not depend on the order in which one instant's events
   arrived. A root goes live at its first reveal.
 
-The pool is reached through `PoolHandle`; `SimPoolHandle` adapts `SimPool`, and
-`runtime.pool_wall.VLLMPoolHandle` adapts a real process pool (`engine.vllm.VLLMProcessPool`),
-posting its lifecycle callbacks onto the dispatcher's loop (its loads finish on a waiter thread).
+The pool is reached through a `PoolHandle` (`runtime.pool_handle`); `runtime.pool_dispatch`
+builds a simulated pool and a pool-mode dispatcher with its controller.
 
 Examples:
     >>> from maserve_prefect.engine.sim.kernel import Kernel
+    >>> from maserve_prefect.engine.sim.pool import SimPool
+    >>> from maserve_prefect.runtime.pool_handle import SimPoolHandle
     >>> from maserve_prefect.runtime.pool_state import RooflineCostModel
     >>> k = Kernel()
     >>> ctl = PoolController(SimPoolHandle(SimPool(k, ["A100-40GB:0"])), k,
@@ -50,18 +51,15 @@ import bisect
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
 from maserve_prefect.clock import Clock
-from maserve_prefect.engine.catalog import GpuSpec
-from maserve_prefect.engine.protocol import Acceptance, LifecycleTicket, Replica
-from maserve_prefect.engine.sim.device import Deployment, ReplicaStatus
-from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.pool import SimPool
+from maserve_prefect.engine.protocol import Acceptance, LifecycleTicket
+from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.runtime.constructor import Chain, fusible_chains
-from maserve_prefect.runtime.joint_plan import PlanOptions, PoolSnapshot
-from maserve_prefect.runtime.plans import Decisions, Load, Plan, ReplicaView, Unit, get_plan
+from maserve_prefect.runtime.plans import Decisions, Load, ReplicaView, Unit
+from maserve_prefect.runtime.pool_handle import PoolHandle
+from maserve_prefect.runtime.pool_snapshot import PlanOptions, PoolSnapshot
 from maserve_prefect.runtime.pool_state import (
     ActiveRequest,
     CostModel,
@@ -72,32 +70,13 @@ from maserve_prefect.runtime.pool_state import (
     PoolState,
     ReplicaInfo,
     ReplicaPhase,
-    RooflineCostModel,
     deployment_info,
 )
 from maserve_prefect.runtime.window import DagStats, UnitStatus, WorkUnit, build_window, dag_stats
 
-if TYPE_CHECKING:
-    from maserve_prefect.runtime.dispatcher import Dispatcher
-    from maserve_prefect.runtime.poolfile import PoolFile
-
 DEFAULT_OUTPUT_LIMIT = 1024
 """Output tokens assumed for a revealed unit until its request is known: the limit a model op
 uses when it declares none (`tasks.model.DEFAULT_MAX_TOKENS`)."""
-
-POOL_STARTS = ("cold", "warm")
-"""How a native run's pool starts under a pool plan (`sim_pool_dispatcher`)."""
-
-LifecycleCallback = Callable[[LifecycleTicket], None]
-
-_PHASE = {
-    ReplicaStatus.LOADING: ReplicaPhase.LOADING,
-    ReplicaStatus.WAKING: ReplicaPhase.LOADING,
-    ReplicaStatus.READY: ReplicaPhase.RESIDENT,
-    ReplicaStatus.FALLING_ASLEEP: ReplicaPhase.SLEEPING,
-    ReplicaStatus.ASLEEP: ReplicaPhase.SLEEPING,
-    ReplicaStatus.UNLOADING: ReplicaPhase.UNLOADING,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,66 +91,6 @@ class LifecycleEvent:
     end_s: float
     prefetch: bool = False
     units: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ResidentView:
-    """A replica that holds (or is acquiring / releasing) device memory, as the pool reports it."""
-
-    name: str
-    phase: ReplicaPhase
-    held_bytes: int
-    accepting: bool
-
-
-class PoolHandle(Protocol):
-    """What the controller needs from a pool (`SimPoolHandle` adapts the simulator's)."""
-
-    def devices(self) -> Sequence[str]: ...
-
-    def device_gpu(self, device: str) -> GpuSpec: ...
-
-    def replicas(self) -> Sequence[Replica]: ...
-
-    def residents(self) -> Sequence[ResidentView]: ...
-
-    def load(
-        self, deployment: Deployment, device: str, on_done: LifecycleCallback | None
-    ) -> LifecycleTicket: ...
-
-    def unload(self, replica: str, on_done: LifecycleCallback | None) -> LifecycleTicket: ...
-
-
-class SimPoolHandle:
-    """`PoolHandle` over a `SimPool` (lifecycle callbacks run on its kernel)."""
-
-    def __init__(self, pool: SimPool) -> None:
-        self.pool = pool
-
-    def devices(self) -> Sequence[str]:
-        return self.pool.devices()
-
-    def device_gpu(self, device: str) -> GpuSpec:
-        return self.pool.slot(device).gpu
-
-    def replicas(self) -> Sequence[Replica]:
-        return self.pool.replicas()
-
-    def residents(self) -> Sequence[ResidentView]:
-        out = []
-        for p in self.pool.pool_replicas():  # creation order
-            phase = _PHASE.get(p.status)
-            if phase is not None:
-                out.append(ResidentView(p.name, phase, p.reserved_bytes, p.engine.accepting))
-        return out
-
-    def load(
-        self, deployment: Deployment, device: str, on_done: LifecycleCallback | None
-    ) -> LifecycleTicket:
-        return self.pool.load(deployment, device, on_done=on_done)
-
-    def unload(self, replica: str, on_done: LifecycleCallback | None) -> LifecycleTicket:
-        return self.pool.unload(replica, on_done=on_done)
 
 
 @dataclass(slots=True)
@@ -651,82 +570,3 @@ def _unit(u: WorkUnit, release_s: float) -> Unit:
         release_s,
         u.workflow,
     )
-
-
-def needs_pool(plan: str | Plan) -> bool:
-    """Whether `plan` decides on a `PoolSnapshot` (the joint plan and its baselines).
-
-    Examples:
-        >>> needs_pool("joint"), needs_pool("kairos"), needs_pool("fcfs")
-        (True, True, False)
-    """
-    from maserve_prefect.runtime.baselines import RequestLevelPlan
-    from maserve_prefect.runtime.joint_plan import JointPlan
-
-    chosen = get_plan(plan) if isinstance(plan, str) else plan
-    return isinstance(chosen, JointPlan | RequestLevelPlan)
-
-
-def sim_pool_dispatcher(
-    pool_file: PoolFile,
-    kernel: Kernel,
-    plan: str | Plan = "joint",
-    *,
-    start: str = "cold",
-    deployments: Iterable[str] | None = None,
-    costs: CostModel | None = None,
-    options: PlanOptions | None = None,
-) -> tuple[SimPool, Dispatcher]:
-    """A simulated pool of `pool_file`'s devices and a pool-mode dispatcher driving it.
-
-    What a native run on the simulator uses for `plan="joint"` (or another pool plan): the
-    dispatcher's controller loads, reclaims and leases replicas as the plan decides, on the
-    run's kernel.
-
-    Args:
-        pool_file: devices, deployments (and placements, for a warm start).
-        kernel: the run's virtual clock.
-        plan: a registered plan name or instance.
-        start: "cold" (no replica; the plan loads what the work needs) or "warm" (the file's
-            placements of `deployments` are loaded first; the kernel runs until they are).
-        deployments: the pool deployments units may name (default: all of the file's).
-        costs: the plan's predictions (default: `RooflineCostModel()`; replicas pre-allocate
-            their KV inside their footprint, so batch memory is the KV the batch needs).
-        options: plan knobs (default `PlanOptions()`).
-
-    Raises:
-        ConfigError: an unknown start, deployment or refused warm placement.
-
-    Examples:
-        >>> from maserve_prefect.runtime.poolfile import default_pool_file
-        >>> pool, d = sim_pool_dispatcher(default_pool_file(), Kernel())
-        >>> pool.replicas(), d.plan.name, d.pool is not None
-        ([], 'joint', True)
-    """
-    from maserve_prefect.runtime.dispatcher import Dispatcher
-
-    if start not in POOL_STARTS:
-        raise ConfigError(f"pool start {start!r}: expected one of {POOL_STARTS}")
-    entries = {d.name: d.to_deployment() for d in pool_file.deployments}
-    names = sorted(entries) if deployments is None else sorted(set(deployments))
-    unknown = [n for n in names if n not in entries]
-    if unknown:
-        raise ConfigError(
-            f"pool file {pool_file.source or '(inline)'}: no deployment {unknown}; have "
-            f"{sorted(entries)}"
-        )
-    pool = SimPool(kernel, pool_file.devices)
-    control = PoolController(
-        SimPoolHandle(pool),
-        kernel,
-        {n: entries[n] for n in names},
-        costs or RooflineCostModel(),
-        options,
-    )
-    if start == "warm":
-        control.warm(
-            (p.deployment, p.device) for p in pool_file.placements if p.deployment in names
-        )
-        kernel.run()
-        control.mark_warm(kernel.now())
-    return pool, Dispatcher(pool.replicas, kernel.now, plan, pool=control)

@@ -54,15 +54,14 @@ from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import SimPool
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.runtime.dispatcher import Dispatcher
-from maserve_prefect.runtime.joint_plan import PlanOptions
 from maserve_prefect.runtime.plans import Plan, Unit, get_plan
 from maserve_prefect.runtime.pool_control import (
     DEFAULT_OUTPUT_LIMIT,
     LifecycleEvent,
     PoolController,
-    PoolHandle,
-    SimPoolHandle,
 )
+from maserve_prefect.runtime.pool_handle import PoolHandle, SimPoolHandle
+from maserve_prefect.runtime.pool_snapshot import PlanOptions
 from maserve_prefect.runtime.pool_state import CostModel, RooflineCostModel
 from maserve_prefect.runtime.window import UnitStatus, WorkUnit
 

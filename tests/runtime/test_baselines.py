@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.runtime.constructor import fusible_chains
-from maserve_prefect.runtime.joint_plan import PoolSnapshot
 from maserve_prefect.runtime.plans import Decisions, get_plan
+from maserve_prefect.runtime.pool_snapshot import PoolSnapshot
 from maserve_prefect.runtime.pool_state import (
     ActiveRequest,
     DeviceInfo,
