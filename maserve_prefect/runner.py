@@ -37,19 +37,20 @@ What it does differently from Prefect's ThreadPoolTaskRunner:
 
 The runner pickles as its settings, a harness key and the inner runner, so it can be duplicated
 per flow run and shipped to other processes; the harness itself stays in the process that built it.
+
+The op graph and the walks near-ready reporting makes over it are in `runtime.opgraph`; what
+Prefect sees of a submitted op (its task named by op id, its parameters quoted) in
+`runtime.opsubmit`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import copy
-import dataclasses
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from contextvars import Context, copy_context
-from dataclasses import dataclass, field
+from contextvars import copy_context
 from typing import Any, Self
 
 from prefect._internal.uuid7 import uuid7
@@ -59,7 +60,6 @@ from prefect.states import Failed
 from prefect.task_runners import TaskRunner
 from prefect.utilities.annotations import quote
 from prefect.utilities.collections import visit_collection
-from pydantic import BaseModel
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.runtime.harness import Harness, active_harness, bound, get_harness
@@ -71,39 +71,20 @@ from maserve_prefect.runtime.opfutures import (
     is_participant,
     mark_participant,
 )
+from maserve_prefect.runtime.opgraph import (
+    OpNode,
+    effective_upstream,
+    model_ops_ahead,
+    model_preds,
+)
 from maserve_prefect.runtime.oprun import OpRun, current_scope, running
+from maserve_prefect.runtime.opsubmit import futures_in, named_task, scan_parameters
 from maserve_prefect.runtime.plans import Unit
 from maserve_prefect.tasks.model import DEFAULT_MAX_TOKENS
 from maserve_prefect.tasks.ops_common import OP_KIND_ATTR, op_kind_of
 from maserve_prefect.trace.model import EdgeKind, OpKind, OpStatus
 
 __all__ = ["MAServeFuture", "MAServeTaskRunner", "mark_participant"]
-
-
-@dataclass(slots=True, eq=False)
-class _Node:
-    """The runner's view of one submitted op."""
-
-    task_run_id: uuid.UUID
-    op: OpRun
-    task: Any
-    parameters: dict[str, Any]
-    wait_for: list[PrefectFuture[Any]] | None
-    dependencies: dict[str, set[Any]] | None
-    context: Context | None
-    future: MAServeFuture
-    flow_run_id: str | None
-    remote: bool
-    downstream: list[_Node] = field(default_factory=list)
-    upstream: list[_Node] = field(default_factory=list)
-    waiters: list[_Node] | None = None  # downstream nodes to release when this one resolves
-    num_pending: int = 0
-    started: bool = False
-    done: bool = False
-    resolved: bool = False  # its future holds the final state (set after `done`)
-    near_ready_sent: bool = False  # near-ready (or, for a model op, known) was reported
-    model: bool = False  # a model op
-    see_through: bool = False  # a maserve non-model op: model near-ready looks through it
 
 
 class MAServeTaskRunner(TaskRunner[MAServeFuture]):
@@ -148,7 +129,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         self._inner = inner
         self._harness: Harness | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._nodes: list[_Node] = []
+        self._nodes: list[OpNode] = []
         self._lock = threading.Lock()
         self._admitted_flow_thread = False
         self._flow_run: tuple[Any, str | None] = (None, None)  # (flow run id, its str) memo
@@ -266,13 +247,13 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         marker = getattr(getattr(task, "fn", None), OP_KIND_ATTR, None)
         kind = marker if isinstance(marker, OpKind) else OpKind.TRANSFORM  # as `op_kind_of`
         if remote:
-            params, found = parameters, _futures_in(parameters)
+            params, found = parameters, futures_in(parameters)
         else:
-            params, found = _scan_parameters(parameters)
-        node = _Node(
+            params, found = scan_parameters(parameters)
+        node = OpNode(
             task_run_id=task_run_id,
             op=OpRun(op_id=op_id, scope=s, kind=kind, task_name=task.name),
-            task=_named(task, op_id),
+            task=named_task(task, op_id),
             parameters=params,
             wait_for=list(wait_for) if wait_for else None,
             dependencies=dependencies,
@@ -345,13 +326,13 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _upstream_callback(self, node: _Node) -> Callable[[PrefectFuture[Any]], None]:
+    def _upstream_callback(self, node: OpNode) -> Callable[[PrefectFuture[Any]], None]:
         def callback(_: PrefectFuture[Any]) -> None:
             self._upstream_done(node)
 
         return callback
 
-    def _upstream_done(self, node: _Node) -> None:
+    def _upstream_done(self, node: OpNode) -> None:
         with self._lock:
             node.num_pending -= 1
             ready = node.num_pending == 0
@@ -360,25 +341,25 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         else:
             self._check_near_ready(node)
 
-    def _check_near_ready(self, node: _Node) -> None:
+    def _check_near_ready(self, node: OpNode) -> None:
         harness = self._harness
         if harness is None or harness.dispatcher is None or node.near_ready_sent:
             return
         with self._lock:
-            ups = _effective_upstream(node) if node.model else node.upstream
+            ups = effective_upstream(node) if node.model else node.upstream
             if not ups or not all(u.started or u.done for u in ups):
                 return
             if not any(u.started and not u.done for u in ups):
                 return
             node.near_ready_sent = True
-            preds = _model_preds(node) if node.model else ()
+            preds = model_preds(node) if node.model else ()
         unit = self._unit_of(node)
         dispatcher = harness.dispatcher
         harness.gate.defer(
             (harness.gate.now(), node.op.op_id), lambda: dispatcher.on_near_ready(unit, preds)
         )
 
-    def _report_known(self, node: _Node) -> None:
+    def _report_known(self, node: OpNode) -> None:
         """A model op released without a near-ready report: tell the dispatcher it exists (and
         what it waits for) before its ready event, which comes from inside the op."""
         harness = self._harness
@@ -388,14 +369,14 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             if node.near_ready_sent:
                 return
             node.near_ready_sent = True
-            preds = _model_preds(node)
+            preds = model_preds(node)
         unit = self._unit_of(node)
         dispatcher = harness.dispatcher
         harness.gate.defer(
             (harness.gate.now(), node.op.op_id), lambda: dispatcher.on_known(unit, preds)
         )
 
-    def _unit_of(self, node: _Node) -> Unit:
+    def _unit_of(self, node: OpNode) -> Unit:
         """What the dispatcher can know of an op before it runs (module docstring)."""
         s = node.op.scope
         if not node.model:
@@ -412,7 +393,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             workflow=s.workflow,
         )
 
-    def _release(self, node: _Node) -> None:
+    def _release(self, node: OpNode) -> None:
         harness = self._harness
         if harness is not None:
             harness.gate.admit()  # counted before the giver (an upstream op or the flow) leaves
@@ -430,7 +411,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             msg = f"op {node.op.op_id}: could not be started on a worker thread: {exc}"
             self._complete(node, Failed(message=msg), node.task_run_id)
 
-    def _mark_started(self, node: _Node) -> None:
+    def _mark_started(self, node: OpNode) -> None:
         harness = self._harness
         if harness is None or harness.dispatcher is None:
             node.started = True  # only near-ready reporting reads it, and it needs a dispatcher
@@ -438,13 +419,13 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         with self._lock:
             node.started = True
             downstream = list(node.downstream)
-            ahead = _model_ops_ahead(downstream)
+            ahead = model_ops_ahead(downstream)
         for d in downstream:
             self._check_near_ready(d)
         for d in ahead:
             self._check_near_ready(d)
 
-    def _run(self, node: _Node) -> None:
+    def _run(self, node: OpNode) -> None:
         from prefect.task_engine import run_task_sync
 
         harness = self._harness
@@ -466,7 +447,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             mark_participant(False)
             self._complete(node, state, node.task_run_id)
 
-    def _submit_inner(self, node: _Node) -> None:
+    def _submit_inner(self, node: OpNode) -> None:
         """Hand a ready op to the inner runner; `_inner_done` records it when it finishes."""
         assert self._inner is not None
         self._mark_started(node)
@@ -482,7 +463,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         node.future._task_run_id = inner.task_run_id
         inner.add_done_callback(lambda f: self._complete(node, final_state_of(f), f.task_run_id))
 
-    def _complete(self, node: _Node, state: Any, task_run_id: uuid.UUID) -> None:
+    def _complete(self, node: OpNode, state: Any, task_run_id: uuid.UUID) -> None:
         """Record a finished op, resolve its future (releasing downstream) and uncount it."""
         harness = self._harness
         try:
@@ -513,61 +494,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
                 harness.gate.leave()
 
 
-def _effective_upstream(node: _Node) -> list[_Node]:
-    """A model op's upstream for near-ready: pending maserve non-model ops are looked through
-    (replaced by their own upstream, recursively); anything started, done or opaque stays."""
-    out: list[_Node] = []
-    seen: set[int] = set()
-    stack = list(reversed(node.upstream))
-    while stack:
-        u = stack.pop()
-        if id(u) in seen:
-            continue
-        seen.add(id(u))
-        if u.see_through and not (u.started or u.done):
-            stack.extend(reversed(u.upstream))
-        else:
-            out.append(u)
-    return out
-
-
-def _model_preds(node: _Node) -> tuple[str, ...]:
-    """The model ops `node` waits for, through any non-model ops between (sorted ids)."""
-    found: set[str] = set()
-    seen: set[int] = set()
-    stack = list(node.upstream)
-    while stack:
-        u = stack.pop()
-        if id(u) in seen:
-            continue
-        seen.add(id(u))
-        if u.model:
-            found.add(u.op.op_id)
-        else:
-            stack.extend(u.upstream)
-    return tuple(sorted(found))
-
-
-def _model_ops_ahead(downstream: list[_Node]) -> list[_Node]:
-    """Model ops reached from `downstream` through pending maserve non-model ops only (the
-    direct downstream excluded): a start there may make them near-ready."""
-    out: list[_Node] = []
-    seen: set[int] = set()
-    stack = [d for d in downstream if d.see_through and not (d.started or d.done)]
-    while stack:
-        d = stack.pop()
-        for n in d.downstream:
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            if n.model:
-                out.append(n)
-            elif n.see_through and not (n.started or n.done):
-                stack.append(n)
-    return out
-
-
-def _param(node: _Node, name: str) -> Any:
+def _param(node: OpNode, name: str) -> Any:
     """A submitted parameter's value (unwrapping the runner's `quote`)."""
     value = node.parameters.get(name)
     return value.unquote() if isinstance(value, quote) else value
@@ -575,107 +502,3 @@ def _param(node: _Node, name: str) -> Any:
 
 _NO_HARNESS = contextlib.nullcontext()
 _RELEASED: dict[str, Any] = {}  # a finished node's parameters (never written to)
-_ATOMS = frozenset({str, bytes, int, float, bool, type(None)})
-_PLAIN_COPY: dict[type, bool] = {}
-
-
-def _named(task: Any, op_id: str) -> Any:
-    """A shallow copy of `task` whose task runs are named `op_id`.
-
-    Prefect formats `task_run_name` with the parameters, so braces are escaped. A plain copy of
-    the instance dict when the class copies like a plain object (Prefect's `Task` does), which is
-    what `copy.copy` would do by way of `__reduce_ex__`, at a fraction of its cost.
-    """
-    cls: Any = type(task)
-    plain = _PLAIN_COPY.get(cls)
-    if plain is None:
-        plain = _PLAIN_COPY[cls] = (
-            cls.__reduce_ex__ is object.__reduce_ex__
-            and getattr(cls, "__getstate__", object.__getstate__) is object.__getstate__
-            and not hasattr(cls, "__copy__")
-            and not hasattr(cls, "__setstate__")
-            and not any(c.__dict__.get("__slots__") for c in cls.__mro__)
-            and isinstance(getattr(task, "__dict__", None), dict)
-        )
-    if plain:
-        named = cls.__new__(cls)
-        named.__dict__.update(task.__dict__)
-    else:
-        named = copy.copy(task)
-    named.task_run_name = op_id.replace("{", "{{").replace("}", "}}")
-    return named
-
-
-def _scan_parameters(parameters: dict[str, Any]) -> tuple[dict[str, Any], list[PrefectFuture[Any]]]:
-    """One walk over submitted parameters: (parameters with every future-free value wrapped in
-    `quote`, every future inside them in traversal order).
-
-    Why quote: Prefect derives a task run's inputs from its parameters, and besides futures it
-    links any value it has seen returned by a task, matched by object identity — interned
-    strings and reused objects make false data edges. Quoting what holds no future makes Prefect
-    record exactly the futures, the same edges the ledger records; Prefect unwraps quotes before
-    the task runs, so the task sees its values unchanged. Futures are looked for where Prefect
-    looks (lists, tuples, sets, dicts, dataclasses, pydantic models); values are rebuilt only
-    through lists, tuples and dicts — a set, dataclass or model is passed as it is (a set that
-    holds a future) or quoted whole.
-
-    Examples:
-        >>> from prefect.utilities.annotations import quote
-        >>> params, futures = _scan_parameters({"x": 1, "xs": [2, "a"]})
-        >>> params == {"x": quote(1), "xs": quote([2, "a"])}, futures
-        (True, [])
-    """
-    found: list[PrefectFuture[Any]] = []
-    return {k: _scan(v, found)[0] for k, v in parameters.items()}, found
-
-
-def _scan(value: Any, found: list[PrefectFuture[Any]]) -> tuple[Any, bool]:
-    """`value` quoted where it holds no future, and whether it holds one (see above)."""
-    if type(value) in _ATOMS:  # the common case first
-        return quote(value), False
-    if isinstance(value, PrefectFuture):
-        found.append(value)
-        return value, True
-    if isinstance(value, list | tuple):
-        parts = [_scan(v, found) for v in value]
-        if any(holds for _, holds in parts):
-            return type(value)(q for q, _ in parts), True
-        return quote(value), False
-    if isinstance(value, dict):
-        items = {k: _scan(v, found) for k, v in value.items()}
-        if any(holds for _, holds in items.values()):
-            return {k: q for k, (q, _) in items.items()}, True
-        return quote(value), False
-    if isinstance(value, set | frozenset):
-        holds = False
-        for v in value:
-            holds = _scan(v, found)[1] or holds
-        return (value, True) if holds else (quote(value), False)
-    found.extend(_futures_in(value))  # dataclasses and models: their futures are edges
-    return quote(value), False
-
-
-def _futures_in(value: Any) -> list[PrefectFuture[Any]]:
-    """Every future inside `value`, in traversal order.
-
-    The containers Prefect itself looks into — lists, tuples, sets, dicts, dataclasses and
-    pydantic models — walked directly: Prefect's generic `visit_collection` cost about half of
-    the flow thread's submit time, and the flow thread submits every op.
-    """
-    found: list[PrefectFuture[Any]] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, PrefectFuture):
-            found.append(item)
-        elif isinstance(item, str | bytes | int | float | bool | type(None)):
-            continue
-        elif isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
-        elif isinstance(item, list | tuple | set | frozenset):
-            stack.extend(reversed(list(item)))
-        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            stack.extend(reversed([getattr(item, f.name) for f in dataclasses.fields(item)]))
-        elif isinstance(item, BaseModel):
-            stack.extend(reversed([getattr(item, k) for k in type(item).model_fields]))
-    return found

@@ -30,7 +30,8 @@ from maserve_prefect.errors import ConfigError
 from maserve_prefect.metrics.engine import prefill_factor
 from maserve_prefect.metrics.slo import LoadResult, attainment, lambda_star, task_goodput
 from maserve_prefect.metrics.task import RootLatency, RootStatus
-from maserve_prefect.replay.arms import ScenarioResult, measured_roots
+from maserve_prefect.replay.arm_summary import measured_roots
+from maserve_prefect.replay.arms import ScenarioResult
 from maserve_prefect.replay.driver import ReplayRun
 from maserve_prefect.trace.model import OpKind, OpStatus
 

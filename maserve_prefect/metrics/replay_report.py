@@ -86,7 +86,8 @@ from maserve_prefect.metrics.task import (
     root_latencies,
     stage_times,
 )
-from maserve_prefect.replay.arms import ArmResult, ScenarioResult, measured_roots
+from maserve_prefect.replay.arm_summary import measured_roots
+from maserve_prefect.replay.arms import ArmResult, ScenarioResult
 from maserve_prefect.replay.conformance import ConformanceReport, audit
 from maserve_prefect.trace.model import Trace
 

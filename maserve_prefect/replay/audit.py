@@ -27,7 +27,7 @@ from maserve_prefect.trace.model import DepOrigin, OpTimes, Trace
 from maserve_prefect.trace.release import ReleaseRule
 
 if TYPE_CHECKING:
-    from maserve_prefect.replay.driver import Realized
+    from maserve_prefect.replay.release_driver import Realized
 
 
 def count_early_releases(trace: Trace, rule: ReleaseRule | str) -> int:

@@ -1,23 +1,13 @@
 """The replay driver: release a trace's ops under a release rule through the one dispatcher.
 
-One idea: replay keeps the work fixed and moves only release times. The driver is plain kernel
-callbacks on the virtual clock (no threads, no Prefect task per op): each root starts at its
-arrival slot; an op is released when every release predecessor (`trace.release.ReleasePlan`)
-has completed here, plus its recorded `external_delay_s`. A released model op goes to
-`Dispatcher.on_ready` as a length-locked request (`replay.work`); any other op completes after its
-recorded duration. Under Flat every op of a root is released at the root's arrival (+ its external
-delay); under Arrival at the root's arrival plus the op's recorded submission offset within its
-root (submitted, else ready time). Both are non-causal reference arms and the result says so.
+One idea: replay keeps the work fixed and moves only release times. `replay_trace` runs one
+replay: on a fresh simulated pool in virtual time, or in wall time on a real engine (one asyncio
+loop runs the driver and the engine). When each op is released, when a root is done and which
+cross-root edges are relaxed is the event logic of `replay.release_driver.ReleaseDriver`. Flat
+and Arrival are non-causal reference arms and the result says so.
 
-A root is done — its latency ends — when its final op completes if the root record names one
-(`RootRecord.final_op_id`: the op that produced the answer), else when all its ops complete.
-Straggler ops of a k-of-n join still run and are recorded; they no longer extend the root's
-latency. A closed-loop user's next root starts when the previous root is done, and a wall-clock
-replay waits for every op, stragglers included.
-
-Cross-root edges that are not required (persistent-memory state reads) are relaxed: roots arrive
-independently in a replay, so waiting on another root's op would couple arrivals the scenario set
-apart. Required edges are always kept.
+Roots start at their arrival slots (`replay.arrivals`); a closed-loop user's next root starts when
+the previous root is done, and a wall-clock replay waits for every op, stragglers included.
 
 The result is a replay `Trace`: the same op ids, inputs, deps and lengths, with the realized
 times (ready / submitted / first scheduled / first token / completed) and cached tokens of this
@@ -38,18 +28,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import sys
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maserve_prefect.clock import URGENT, Clock, WallClock
-from maserve_prefect.engine.protocol import Outcome, OutcomeStatus, Replica
+from maserve_prefect.clock import WallClock
+from maserve_prefect.engine.protocol import Replica
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.pool import SimPool
-from maserve_prefect.engine.sim.trace_replay import op_submit_time
 from maserve_prefect.engine.target import EngineTarget, parse_engine
-from maserve_prefect.errors import ConfigError, SimulationError, TraceValidationError
+from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.replay.arrivals import (
     ArrivalProcess,
@@ -58,25 +46,12 @@ from maserve_prefect.replay.arrivals import (
     open_loop_offsets,
 )
 from maserve_prefect.replay.audit import count_early_releases, realized_trace
-from maserve_prefect.replay.work import (
-    InputLock,
-    check_capabilities,
-    deployment_of,
-    model_request,
-    op_duration,
-)
-from maserve_prefect.runtime.dispatcher import Dispatcher
-from maserve_prefect.runtime.plans import Unit
+from maserve_prefect.replay.release_driver import ReleaseDriver
+from maserve_prefect.replay.work import InputLock, check_capabilities, deployment_of
 from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.trace.cas import BlobStore
-from maserve_prefect.trace.model import OpKind, OpRecord, OpStatus, Trace
-from maserve_prefect.trace.release import (
-    Barrier,
-    ReleaseRule,
-    apply_barrier,
-    barrier_edges,
-    release_predecessors,
-)
+from maserve_prefect.trace.model import OpKind, OpStatus, Trace
+from maserve_prefect.trace.release import Barrier, ReleaseRule, apply_barrier, barrier_edges
 
 WALL_SWITCH_INTERVAL_S = 1e-4
 """The interpreter's thread switch interval during a wall-clock replay (default is 5 ms)."""
@@ -86,23 +61,6 @@ ReplicaFactory = Callable[
 ]
 """Builds a real engine's replicas on a run's wall clock for the given deployment names; returns
 them and a function that closes them (a coroutine function for engines attached to the loop)."""
-
-
-@dataclass(slots=True)
-class Realized:
-    """What happened to one op in this replay (times on the replay's clock)."""
-
-    ready_s: float | None = None
-    submitted_s: float | None = None
-    first_scheduled_s: float | None = None
-    first_token_s: float | None = None
-    completed_s: float | None = None
-    num_input_tokens: int | None = None
-    num_output_tokens: int | None = None
-    num_cached_tokens: int = 0
-    replica: str = ""
-    status: OpStatus = OpStatus.INCOMPLETE
-    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -116,7 +74,7 @@ class ReplayRun:
         rule: the release rule; `non_causal` is True for Flat / Arrival.
         start_s / end_s: replay start (pool warm) and the last completion.
         root_arrival_s / root_latency_s: per root, arrival and done − arrival (done: its final
-            op completed, else its last op; see the module docstring).
+            op completed, else its last op; see `replay.release_driver`).
         num_early_releases: ops released before a required predecessor completed (audit).
         num_failed_ops: model ops the engine rejected or failed.
         release_wall_ns: per released op, (trigger, submit) on the driver's wall clock
@@ -170,208 +128,6 @@ class ReplayRun:
         if self.pool is None:
             return []
         return [r for p in self.pool.pool_replicas() for r in p.engine.records]
-
-
-class _Driver:
-    """Event logic of one replay (see the module docstring); one instance per run."""
-
-    def __init__(
-        self,
-        trace: Trace,
-        store: BlobStore | None,
-        rule: ReleaseRule,
-        clock: Clock,
-        replicas: Callable[[], Sequence[Replica]],
-        pool_file: PoolFile,
-        plan: str,
-        lock: InputLock,
-    ) -> None:
-        self.trace, self.store, self.rule, self.lock = trace, store, rule, lock
-        self.clock = clock
-        self.pool_file = pool_file
-        self.dispatcher = Dispatcher(replicas, clock.now, plan)
-        self.ops = trace.op_index()
-        self.preds = _effective_predecessors(trace, rule)
-        self.succs: dict[str, list[str]] = {op_id: [] for op_id in self.ops}
-        for op_id, preds in self.preds.items():
-            for p in preds:
-                self.succs[p].append(op_id)
-        self.waiting = {op_id: len(p) for op_id, p in self.preds.items()}
-        self.by_root: dict[str, list[str]] = {}
-        for op_id, op in self.ops.items():
-            self.by_root.setdefault(op.root_id, []).append(op_id)
-        self.recorded_arrival = {r.root_id: r.arrival_s for r in trace.roots}
-        self.realized = {op_id: Realized() for op_id in self.ops}
-        self.remaining = {root: len(ids) for root, ids in self.by_root.items()}
-        self.num_open_ops = len(self.ops)
-        self.final_op = _final_ops(trace, self.ops)
-        self.arrival: dict[str, float] = {}
-        self.finish: dict[str, float] = {}
-        self.on_root_done: Any = None
-        self.on_all_done: Any = None
-        # Wall-clock instrumentation for the conformance audit: (perf_counter_ns, clock time).
-        self.trigger: dict[str, tuple[int, float]] = {}
-        self.wall_ns: dict[str, tuple[int, int]] = {}
-        # Per released op: (the time its last release predecessor completed as the engine saw
-        # it, the release time), both on the run's clock: the release lateness of wall runs.
-        self.release_lag: dict[str, tuple[float, float]] = {}
-        self.pred_done: dict[str, float] = {}
-        # Built up front so a bad op fails before the clock starts, naming the op.
-        self.requests = {
-            op_id: model_request(op, pool_file.resolve(deployment_of(op)), lock, store)
-            for op_id, op in self.ops.items()
-            if op.kind is OpKind.MODEL
-        }
-
-    # -- roots -----------------------------------------------------------------------------
-
-    def schedule_root(self, root_id: str, t: float) -> None:
-        self.clock.call_at(t, lambda: self._arrive(root_id), URGENT, f"arrival {root_id}")
-
-    def _arrive(self, root_id: str) -> None:
-        now = self.clock.now()
-        self.arrival[root_id] = now
-        self.dispatcher.on_arrival(root_id)
-        if not self.remaining.get(root_id):
-            self._root_done(root_id)
-            return
-        for op_id in self.by_root[root_id]:
-            if self.waiting[op_id] == 0:
-                self.trigger[op_id] = (time.perf_counter_ns(), now)
-                self.pred_done[op_id] = now
-                self._schedule_release(op_id, now + self._first_offset(op_id))
-
-    def _first_offset(self, op_id: str) -> float:
-        op = self.ops[op_id]
-        if self.rule is not ReleaseRule.ARRIVAL:
-            return op.external_delay_s
-        base = self.recorded_arrival.get(op.root_id, 0.0)
-        return max(op_submit_time(op, base) - base, 0.0)
-
-    def _root_done(self, root_id: str) -> None:
-        self.finish[root_id] = self.clock.now()
-        if self.on_root_done is not None:
-            self.on_root_done(root_id)
-        self._check_all_done()
-
-    def _check_all_done(self) -> None:
-        """Every root done and every op (stragglers included) completed: the run is over."""
-        if (
-            self.on_all_done is not None
-            and self.num_open_ops == 0
-            and len(self.finish) == len(self.recorded_arrival)
-        ):
-            self.on_all_done()
-
-    # -- ops -------------------------------------------------------------------------------
-
-    def _schedule_release(self, op_id: str, t: float) -> None:
-        self.clock.call_at(t, lambda: self._release(op_id), URGENT, f"release {op_id}")
-
-    def _release(self, op_id: str) -> None:
-        now = self.clock.now()
-        trigger_ns, trigger_t = self.trigger.get(op_id, (time.perf_counter_ns(), now))
-        if now > trigger_t:  # waited a delay on the virtual clock: react from the timer firing
-            trigger_ns = time.perf_counter_ns()
-        unfinished = [p for p in self.preds[op_id] if self.realized[p].completed_s is None]
-        if unfinished:  # invariant: never release before the rule's predecessors completed
-            raise SimulationError(f"op {op_id} released before {unfinished} completed")
-        op, rec = self.ops[op_id], self.realized[op_id]
-        rec.ready_s = now
-        self.release_lag[op_id] = (self.pred_done.get(op_id, trigger_t), now)
-        if op.kind is not OpKind.MODEL:
-            rec.num_input_tokens, rec.num_output_tokens = op.num_input_tokens, op.num_output_tokens
-
-            def finished() -> None:  # the recorded outcome, once the recorded duration is over
-                rec.status = op.status
-                self._complete(op_id)
-
-            self.wall_ns[op_id] = (trigger_ns, time.perf_counter_ns())
-            self.clock.call_at(now + op_duration(op), finished, URGENT)
-            return
-        request = self.requests[op_id]
-        unit = Unit(
-            unit_id=op_id,
-            root_id=op.root_id,
-            deployment=request.deployment,
-            num_prompt_tokens=request.num_prompt(),
-            max_tokens=request.max_tokens,
-            priority=request.priority,
-            ready_s=now,
-        )
-
-        def submitted(t: float, replica: str) -> None:
-            rec.submitted_s, rec.replica = t, replica
-
-        def done(out: Outcome) -> None:
-            rec.first_scheduled_s, rec.first_token_s = out.first_scheduled_s, out.first_token_s
-            rec.num_input_tokens, rec.num_output_tokens = (
-                out.num_prompt_tokens,
-                out.num_output_tokens,
-            )
-            rec.num_cached_tokens = out.num_cached_tokens
-            ok = out.status is OutcomeStatus.COMPLETED
-            rec.status = OpStatus.COMPLETED if ok else OpStatus.FAILED
-            rec.error = None if ok else (out.error or out.status.value)
-            self._complete(op_id, out.finish_s)
-
-        self.wall_ns[op_id] = (trigger_ns, time.perf_counter_ns())
-        self.dispatcher.on_ready(unit, request, on_done=done, on_submitted=submitted)
-
-    def _complete(self, op_id: str, observed_s: float | None = None) -> None:
-        """Op `op_id` completed: now on this clock; `observed_s` when the engine saw it end."""
-        now = self.clock.now()
-        self.realized[op_id].completed_s = now
-        seen = now if observed_s is None else min(observed_s, now)
-        for succ in self.succs[op_id]:
-            self.waiting[succ] -= 1
-            self.pred_done[succ] = max(self.pred_done.get(succ, seen), seen)
-            if self.waiting[succ] == 0:
-                self.trigger[succ] = (time.perf_counter_ns(), now)
-                self._schedule_release(succ, now + self.ops[succ].external_delay_s)
-        root = self.ops[op_id].root_id
-        self.remaining[root] -= 1
-        self.num_open_ops -= 1
-        final = self.final_op.get(root)
-        if op_id == final or (final is None and self.remaining[root] == 0):
-            self._root_done(root)
-        else:
-            self._check_all_done()
-
-
-def _final_ops(trace: Trace, ops: Mapping[str, OpRecord]) -> dict[str, str]:
-    """Root id → its final op id, for the roots that name one.
-
-    Raises:
-        TraceValidationError: a root names a final op that is not one of its ops.
-    """
-    out: dict[str, str] = {}
-    for root in trace.roots:
-        final = root.final_op_id
-        if final is None:
-            continue
-        op = ops.get(final)
-        if op is None or op.root_id != root.root_id:
-            raise TraceValidationError(
-                f"root {root.root_id!r} names final op {final!r}, which is not an op of that "
-                "root in the replayed trace; fix the root's final_op_id or keep the op in the set"
-            )
-        out[root.root_id] = final
-    return out
-
-
-def _effective_predecessors(trace: Trace, rule: ReleaseRule) -> dict[str, tuple[str, ...]]:
-    """The rule's predecessors minus relaxed cross-root, non-required edges."""
-    index = trace.op_index()
-    preds = release_predecessors(trace, rule)
-    out: dict[str, tuple[str, ...]] = {}
-    for op_id, ps in preds.items():
-        op = index[op_id]
-        required = {d.op_id for d in op.deps if d.required}
-        out[op_id] = tuple(
-            p for p in ps if p in index and (index[p].root_id == op.root_id or p in required)
-        )
-    return out
 
 
 def slot_order(trace: Trace) -> list[str]:
@@ -461,7 +217,7 @@ def replay_trace(
         )  # fmt: skip
     pool = build_sim_pool(pool_file, Kernel())
     check_capabilities(pool.replicas(), lock)
-    drv = _Driver(source, store, rule, pool.clock, pool.replicas, pool_file, plan, lock)
+    drv = ReleaseDriver(source, store, rule, pool.clock, pool.replicas, pool_file, plan, lock)
     start = drv.clock.now()
     _schedule_roots(drv, order, arrivals, start)
     pool.clock.run()
@@ -469,7 +225,7 @@ def replay_trace(
 
 
 def _schedule_roots(
-    drv: _Driver, order: list[str], arrivals: ArrivalProcess | None, start: float
+    drv: ReleaseDriver, order: list[str], arrivals: ArrivalProcess | None, start: float
 ) -> None:
     process = arrivals or BurstArrivals(0.0)
     recorded = [drv.recorded_arrival.get(root, 0.0) for root in order]
@@ -483,7 +239,7 @@ def _schedule_roots(
 
 
 def _finish(
-    drv: _Driver,
+    drv: ReleaseDriver,
     source: Trace,
     order: list[str],
     rule: ReleaseRule,
@@ -559,7 +315,7 @@ def _replay_wall(
         replicas, close = factory(clock, deployments)
         try:
             check_capabilities(replicas, lock)
-            drv = _Driver(source, store, rule, clock, lambda: replicas, pool_file, plan, lock)
+            drv = ReleaseDriver(source, store, rule, clock, lambda: replicas, pool_file, plan, lock)
             all_done = clock.create_future()
 
             def all_finished() -> None:
@@ -599,7 +355,9 @@ def _replay_wall(
         sys.setswitchinterval(switch)
 
 
-def _closed_loop(drv: _Driver, order: list[str], process: ClosedLoopArrivals, start: float) -> None:
+def _closed_loop(
+    drv: ReleaseDriver, order: list[str], process: ClosedLoopArrivals, start: float
+) -> None:
     """Slot i belongs to user i % users; a user's next root starts after its last + think."""
     think = process.think_times(len(order))
     queues: dict[int, list[int]] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from replay_factories import Factory, make_trace, paced_sim, scaled, wrapped
 
 from maserve_prefect.metrics.task import RootStatus
-from maserve_prefect.replay.arms import ArmSummary, measured_roots, summarize_arm
+from maserve_prefect.replay.arm_summary import ArmSummary, measured_roots, summarize_arm
 from maserve_prefect.replay.arrivals import ArrivalProcess, ClosedLoopArrivals, ThinkTime
 from maserve_prefect.replay.driver import replay_trace
 from maserve_prefect.replay.scenario import Scenario, parse_scenario

@@ -215,6 +215,6 @@ def test_length_locked_model_ops_keep_lengths_and_wait_for_data() -> None:
 
 
 def test_realized_dataclass_is_slotted() -> None:
-    from maserve_prefect.replay.driver import Realized
+    from maserve_prefect.replay.release_driver import Realized
 
     assert dataclasses.is_dataclass(Realized) and hasattr(Realized, "__slots__")

@@ -16,6 +16,7 @@ MODULES = [
     "maserve_prefect.replay.scenario",
     "maserve_prefect.replay.traceset",
     "maserve_prefect.replay.arms",
+    "maserve_prefect.replay.arm_summary",
     "maserve_prefect.trace.release",
     "maserve_prefect.engine.openai.wall",
 ]

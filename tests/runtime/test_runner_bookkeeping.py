@@ -14,9 +14,10 @@ from prefect import flow, task
 from prefect.futures import PrefectConcurrentFuture
 from prefect.utilities.annotations import quote
 
-from maserve_prefect.runner import MAServeFuture, MAServeTaskRunner, _named, _scan_parameters
+from maserve_prefect.runner import MAServeFuture, MAServeTaskRunner
 from maserve_prefect.runtime.harness import Harness, activate
 from maserve_prefect.runtime.oprun import OpRun, Scope, scope
+from maserve_prefect.runtime.opsubmit import named_task, scan_parameters
 from maserve_prefect.runtime.wallgate import WallGate
 from maserve_prefect.trace.model import EdgeKind, Manifest, OpKind, OpStatus
 
@@ -41,7 +42,7 @@ def test_scan_quotes_future_free_values_and_finds_futures_in_traversal_order() -
         "group": frozenset({f5}),
         "plain": {"a": [1, 2]},
     }
-    quoted, found = _scan_parameters(params)
+    quoted, found = scan_parameters(params)
     assert found == [f1, f2, f3, f4, f5]
     assert quoted["n"] == quote(3) and quoted["text"] == quote("hi")
     # Containers holding a future are rebuilt around it, their future-free parts quoted.
@@ -59,7 +60,7 @@ def test_named_copy_escapes_braces_and_leaves_the_task_alone() -> None:
     def t(x: int) -> int:
         return x
 
-    named = _named(t, "r/{stage}/0")
+    named = named_task(t, "r/{stage}/0")
     assert named is not t and type(named) is type(t)
     assert named.task_run_name == "r/{{stage}}/0"  # Prefect formats it: renders "r/{stage}/0"
     assert t.task_run_name is None
