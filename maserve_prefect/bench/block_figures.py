@@ -3,13 +3,13 @@
 One idea: a scenario's paired blocks are replications, so a finding reports each figure *per
 block* — computed by `maserve_prefect.metrics` from that block's replay trace and step records —
 and then its median and range (min–max) across blocks, never a figure of the blocks pooled
-together. Root outcomes are `replay.arms.measured_roots` (statuses as `metrics.task` defines
+together. Root outcomes are `replay.arm_summary.measured_roots` (statuses as `metrics.task` defines
 them: a root whose answer ops include a failed or unfinished op is `failed` / `incomplete`, with
 no latency), and every SLO figure comes from `metrics.slo`, so a root that did not complete never
 meets its deadline.
 
 Measured roots of an arm run: roots of the target cohorts whose arrival offset (from the replay's
-start) lies in the scenario's window (`replay.arms.measured_roots`).
+start) lies in the scenario's window (`replay.arm_summary.measured_roots`).
 
 Examples:
     >>> spread([3.0, 1.0, 2.0])
@@ -76,7 +76,7 @@ def put(row: Row, key: str, values: Sequence[float | None]) -> float | None:
 def measured_outcomes(result: ScenarioResult, run: ReplayRun) -> list[RootLatency]:
     """Outcomes of the measured roots of `run`, in slot order.
 
-    The measured roots and their status are `replay.arms.measured_roots` (a root the run ended
+    The measured roots and their status are `replay.arm_summary.measured_roots` (a root the run ended
     before it arrived counts as incomplete, arriving at the run's end); each becomes a
     `metrics.task.RootLatency` on the run's clock, the form `metrics.slo` takes.
     """

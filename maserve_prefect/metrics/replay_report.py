@@ -1,7 +1,7 @@
 """The report of a replay scenario: task- and engine-level metric tables, plots and artifacts.
 
 The one idea: a scenario's arms are compared on their *measured* roots — target-cohort roots
-whose arrival offset lies in the scenario's window (`replay.arms.measured_roots`, the roots
+whose arrival offset lies in the scenario's window (`replay.arm_summary.measured_roots`, the roots
 `ArmSummary` counts) — so every figure here is computed from each arm run's replay trace (and, on the simulator, its
 per-step records) by the library functions of `maserve_prefect.metrics`, once per arm run
 (`arm_metrics`), and then only rendered: `metric_tables` gives report rows (one table per
@@ -382,7 +382,7 @@ class ScenarioReport:
     metric_tables: dict[str, list[Row]]
 
     def arm_rows(self) -> list[Row]:
-        """One row per arm and block: the arm summary (`replay.arms.ArmSummary`)."""
+        """One row per arm and block: the arm summary (`replay.arm_summary.ArmSummary`)."""
         return [asdict(r.summary) for rs in self.result.by_arm().values() for r in rs]
 
     def conformance_rows(self) -> list[Row]:

@@ -40,8 +40,6 @@ from maserve_prefect.metrics.task import RootStatus, root_class
 from maserve_prefect.replay.arm_summary import (
     SIM_INITIAL_STATE,
     ArmSummary,
-    MeasuredRoot,
-    measured_roots,
     median_range,
     summarize_arm,
 )
@@ -59,20 +57,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArmResult",
-    "ArmSummary",
     "LockedDeadlines",
-    "MeasuredRoot",
     "ScenarioResult",
     "arm_barrier",
     "arm_pool_file",
     "drain_engine",
     "lock_deadlines",
-    "measured_roots",
-    "median_range",
     "root_class",
     "run_arm",
     "run_scenario",
-    "summarize_arm",
 ]
 
 
