@@ -1,18 +1,10 @@
-"""The constructor: fused chains, admission envelopes, and lifecycle alternatives with their memory.
+"""The constructor: lifecycle alternatives for a deployment's demand, checked against memory.
 
-One idea: a plan never reasons about single calls and single loads in isolation. Consecutive calls
-of one deployment with nothing branching or joining between them form a *chain* that runs under
-one grant (one placement, one lease) with an *envelope* — its largest context and its summed
-runtime; demand for a deployment from many workflows is *coalesced* into one lifecycle action
-(one load serves every root; request state stays per root); and every lifecycle alternative —
-Load, Prefetch, Reclaim+Load, Reclaim+Prefetch — is checked against a `MemoryLedger` that walks
-each device's memory through every predicted transition (in-flight loads and unloads, loads
-waiting for their victims, this round's own decisions).
-
-Fusion rule: `u → v` fuse iff `u`'s only successor is `v`, `v`'s only predecessor is `u`, both
-belong to the same root and name the same deployment (identity = model + version + serving
-config, so "same name" is "compatible config"). Fusion never crosses a branch or a join, and
-every unit of a chain stays its own request with its own output and completion.
+One idea: a plan never reasons about single loads in isolation. Every lifecycle alternative —
+Load, Prefetch, Reclaim+Load, Reclaim+Prefetch — is checked against a `MemoryLedger`
+(`memory_ledger`) that walks each device's memory through every predicted transition (in-flight
+loads and unloads, loads waiting for their victims, this round's own decisions). The demand it
+serves comes as fused chains coalesced per deployment (`fusion`).
 
 Victim order for a reclaim (only lease-free, idle replicas are candidates): redundant copies
 first (the deployment has another replica), then replicas with no predicted next use (least
@@ -24,20 +16,23 @@ is `victim_delay_s`. A load may also wait for unloads already under way (`await_
 they end within one unload time, no later than a reclaim decided now, and take no victim.
 
 Examples:
-    >>> a = WorkUnit("a", "r", "m", 10, 5, succs=("b",))
-    >>> b = WorkUnit("b", "r", "m", 20, 5, preds=("a",))
-    >>> chains = fusible_chains({"a": a, "b": b})
-    >>> chains["b"].unit_ids, envelope([a, b]).max_context_tokens
-    (('a', 'b'), 25)
+    >>> from maserve_prefect.engine.sim.device import Deployment
+    >>> from maserve_prefect.runtime.pool_state import DeviceInfo, RooflineCostModel, deployment_info
+    >>> gpu = DeviceInfo("A100-40GB:0", "A100-40GB", 40 << 30)
+    >>> info = deployment_info(Deployment("m", "Qwen3-8B", kv_cache_bytes=2 << 30), ["A100-40GB"])
+    >>> s = PoolState(0.0, (gpu,), (info,))
+    >>> opt = lifecycle_option(s, MemoryLedger(s), "m", gpu.name, RooflineCostModel(2 << 30), {})
+    >>> opt.kind.value, opt.victims, opt.start_s
+    ('load', (), 0.0)
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from maserve_prefect.runtime.memory_ledger import MemoryLedger
 from maserve_prefect.runtime.plans import Load, Unload
 from maserve_prefect.runtime.pool_state import (
     INF,
@@ -46,226 +41,6 @@ from maserve_prefect.runtime.pool_state import (
     ReplicaInfo,
     ReplicaPhase,
 )
-from maserve_prefect.runtime.window import WorkUnit, topo_order
-
-# ---------------------------------------------------------------------------------------------
-# fusion and envelopes
-
-
-@dataclass(frozen=True, slots=True)
-class Chain:
-    """A maximal fusible chain of units (head first)."""
-
-    chain_id: str
-    root_id: str
-    deployment: str
-    unit_ids: tuple[str, ...]
-
-    def rest(self, unit_id: str) -> tuple[str, ...]:
-        """`unit_id` and the chain members after it."""
-        return self.unit_ids[self.unit_ids.index(unit_id) :]
-
-
-def fusible(u: WorkUnit, v: WorkUnit) -> bool:
-    """Whether `v` may run under `u`'s grant (module docstring)."""
-    return (
-        u.succs == (v.unit_id,)
-        and v.preds == (u.unit_id,)
-        and u.root_id == v.root_id
-        and u.deployment == v.deployment
-    )
-
-
-def fusible_chains(units: Mapping[str, WorkUnit], enabled: bool = True) -> dict[str, Chain]:
-    """Every unit's maximal chain (a singleton when fusion is off or nothing fuses).
-
-    Raises:
-        ConfigError: the DAG is malformed (see `window.topo_order`).
-    """
-    out: dict[str, Chain] = {}
-    for uid in topo_order(units):
-        if uid in out:
-            continue
-        members = [uid]
-        while enabled:
-            u = units[members[-1]]
-            if len(u.succs) != 1 or not fusible(u, units[u.succs[0]]):
-                break
-            members.append(u.succs[0])
-        head = units[uid]
-        chain = Chain(uid, head.root_id, head.deployment, tuple(members))
-        for m in members:
-            out[m] = chain
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """What a replica must admit to run a chain: its largest context and its length."""
-
-    max_context_tokens: int
-    max_input_len: int
-    max_output_len: int
-    num_units: int
-
-
-def envelope(units: Sequence[WorkUnit]) -> Envelope:
-    """The admission envelope of units that run one after another on one replica."""
-    return Envelope(
-        max(u.context_tokens for u in units),
-        max(u.input_len for u in units),
-        max(u.max_tokens for u in units),
-        len(units),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class WorkItem:
-    """A placeable piece of ready work: a unit and the rest of its fused chain.
-
-    Attributes:
-        units: head first; all share the head's deployment.
-        release_s: when the head became ready (or is predicted to, for near-ready work).
-    """
-
-    units: tuple[WorkUnit, ...]
-    release_s: float
-
-    @property
-    def head(self) -> WorkUnit:
-        return self.units[0]
-
-    @property
-    def deployment(self) -> str:
-        return self.units[0].deployment
-
-    @property
-    def unit_ids(self) -> tuple[str, ...]:
-        return tuple(u.unit_id for u in self.units)
-
-    @property
-    def envelope(self) -> Envelope:
-        return envelope(self.units)
-
-    def runtime_s(self, costs: CostModel, model: str, gpu: str, batch: int = 1) -> float:
-        """Summed predicted runtime of the chain on `gpu` (members run one after another)."""
-        return sum(
-            costs.runtime_s(model, gpu, batch, u.input_len, u.max_tokens) for u in self.units
-        )
-
-
-def work_item(
-    unit: WorkUnit,
-    release_s: float,
-    units: Mapping[str, WorkUnit],
-    chains: Mapping[str, Chain] | None,
-) -> WorkItem:
-    """The work item headed by `unit`: its chain from `unit` on (just `unit` without chains)."""
-    chain = chains.get(unit.unit_id) if chains else None
-    ids = chain.rest(unit.unit_id) if chain else (unit.unit_id,)
-    return WorkItem((unit, *(units[i] for i in ids[1:])), release_s)
-
-
-@dataclass(frozen=True, slots=True)
-class Demand:
-    """Coalesced demand for one deployment: the work items of every root that need it."""
-
-    deployment: str
-    items: tuple[WorkItem, ...]
-
-    @property
-    def roots(self) -> tuple[str, ...]:
-        return tuple(sorted({i.head.root_id for i in self.items}))
-
-
-def coalesce(items: Iterable[WorkItem]) -> list[Demand]:
-    """Group work items by deployment (one lifecycle action can serve them all), deployment
-    order, items kept in their given order.
-
-    Examples:
-        >>> a, b = WorkUnit("a", "r1", "m", 1, 1), WorkUnit("b", "r2", "m", 1, 1)
-        >>> [d.roots for d in coalesce([WorkItem((a,), 0.0), WorkItem((b,), 0.0)])]
-        [('r1', 'r2')]
-    """
-    groups: dict[str, list[WorkItem]] = {}
-    for item in items:
-        groups.setdefault(item.deployment, []).append(item)
-    return [Demand(d, tuple(groups[d])) for d in sorted(groups)]
-
-
-# ---------------------------------------------------------------------------------------------
-# memory over predicted time
-
-
-class MemoryLedger:
-    """Each device's memory as a step function of predicted time.
-
-    Built from a `PoolState`: what every replica holds now, minus in-flight unloads at their
-    predicted end, plus loads waiting for their victims at their predicted start. Plans add
-    their own decisions as they go (`add`, `release`) and ask `fits`.
-
-    A release at exactly the instant of an addition is only trusted when the caller names it
-    (the addition's own victims, whose unload end starts it); otherwise the ledger assumes the
-    addition may come first, which keeps the check conservative.
-    """
-
-    def __init__(self, state: PoolState) -> None:
-        self.capacity = {d.name: d.capacity_bytes for d in state.devices}
-        self._adds: dict[str, list[tuple[float, int]]] = {d: [] for d in self.capacity}
-        self._rels: dict[str, list[tuple[float, int, str]]] = {d: [] for d in self.capacity}
-        now = state.now_s
-        for r in state.replicas:
-            if r.held_bytes > 0:
-                self.add(r.device, -INF, r.held_bytes)
-            if r.phase is ReplicaPhase.UNLOADING:
-                self.release(r.device, max(r.ready_s, now), r.held_bytes, r.name)
-        for p in state.planned:
-            self.add(p.device, max(p.start_s, now), p.footprint_bytes)
-
-    def copy(self) -> MemoryLedger:
-        new = MemoryLedger.__new__(MemoryLedger)
-        new.capacity = self.capacity
-        new._adds = {d: list(v) for d, v in self._adds.items()}
-        new._rels = {d: list(v) for d, v in self._rels.items()}
-        return new
-
-    def add(self, device: str, at_s: float, nbytes: int) -> None:
-        """`nbytes` held on `device` from `at_s` on."""
-        bisect.insort(self._adds[device], (at_s, nbytes))
-
-    def release(self, device: str, at_s: float, nbytes: int, tag: str = "") -> None:
-        """`nbytes` freed on `device` at `at_s` (by the replica named `tag`)."""
-        bisect.insort(self._rels[device], (at_s, nbytes, tag))
-
-    def usage_at(self, device: str, t: float, trusted: Iterable[str] = ()) -> int:
-        """Bytes held at `t`, counting additions at `t` and releases before it (or at it, when
-        their tag is trusted)."""
-        ok = set(trusted)
-        held = sum(b for at, b in self._adds[device] if at <= t)
-        freed = sum(b for at, b, tag in self._rels[device] if at < t or (at == t and tag in ok))
-        return held - freed
-
-    def headroom(self, device: str, start_s: float, trusted: Iterable[str] = ()) -> int:
-        """The least free memory on `device` at any transition from `start_s` on."""
-        cap = self.capacity[device]
-        trusted = tuple(trusted)
-        points = [t for t, _ in self._adds[device] if t > start_s]
-        free = cap - self.usage_at(device, start_s, trusted)
-        for t in points:
-            free = min(free, cap - self.usage_at(device, t))
-        return free
-
-    def fits(self, device: str, nbytes: int, start_s: float, trusted: Iterable[str] = ()) -> bool:
-        """Whether `nbytes` more from `start_s` on keeps every later transition within capacity."""
-        return self.headroom(device, start_s, trusted) >= nbytes
-
-    def releases(self, device: str, from_s: float) -> list[tuple[float, str]]:
-        """(time, tag) of the releases on `device` at or after `from_s`, in time order."""
-        return [(at, tag) for at, _, tag in self._rels[device] if at >= from_s]
-
-
-# ---------------------------------------------------------------------------------------------
-# lifecycle alternatives
 
 
 class OptionKind(Enum):

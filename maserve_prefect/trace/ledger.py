@@ -16,7 +16,9 @@ Prefect ids live beside the records, not in them: `begin_run(..., flow_run_id=)`
 `link_prefect(...)` fill `RunRow.flow_run_id` and the link table, keeping bundles deterministic.
 
 All methods are thread-safe (the task runner calls them from worker threads); one lock
-serializes database access, which SQLite serializes anyway.
+serializes database access, which SQLite serializes anyway. The tables are `trace.tables`, the
+engine factory `trace.db`, and the values reads return (`RunStatus`, `RunInfo`, `PrefectLink`,
+re-exported here) `trace.runs`.
 
 Examples:
     >>> from maserve_prefect.trace.cas import MemoryStore
@@ -34,9 +36,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 
 from sqlalchemy import func, insert
 from sqlalchemy.engine import URL, Engine
@@ -55,6 +55,7 @@ from maserve_prefect.trace.model import (
     StageRecord,
     Trace,
 )
+from maserve_prefect.trace.runs import PrefectLink, RunInfo, RunStatus
 from maserve_prefect.trace.tables import (
     OpRow,
     PrefectLinkRow,
@@ -70,43 +71,6 @@ from maserve_prefect.trace.tables import (
 )
 
 __all__ = ["Ledger", "PrefectLink", "RunInfo", "RunStatus", "SampleLike"]
-
-
-class RunStatus(StrEnum):
-    """Lifecycle of a recorded run, in order."""
-
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_finished(self) -> bool:
-        """Whether the run has ended (any status but running)."""
-        return self is not RunStatus.RUNNING
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """A summary row of `Ledger.list_runs`."""
-
-    trace_id: str
-    status: RunStatus
-    source: str
-    created_at: str
-    finished_at: str | None
-    flow_run_id: str | None
-    num_ops: int
-
-
-@dataclass(frozen=True, slots=True)
-class PrefectLink:
-    """Which Prefect task run executed one attempt of an op."""
-
-    op_id: str
-    attempt: int
-    flow_run_id: str | None
-    task_run_id: str | None
 
 
 class Ledger:

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from maserve_prefect.errors import ConfigError, TraceNotFoundError, TraceValidationError
-from maserve_prefect.trace.ledger import Ledger, PrefectLink
+from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import EdgeKind, OpRecord, OpStatus, Trace
+from maserve_prefect.trace.runs import PrefectLink
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient

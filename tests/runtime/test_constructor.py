@@ -7,16 +7,13 @@ from hypothesis import strategies as st
 
 from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.runtime.constructor import (
-    MemoryLedger,
     OptionKind,
-    WorkItem,
-    coalesce,
-    envelope,
-    fusible_chains,
     lifecycle_option,
     prefetch_victims,
     victim_order,
 )
+from maserve_prefect.runtime.fusion import WorkItem, coalesce, envelope, fusible_chains
+from maserve_prefect.runtime.memory_ledger import MemoryLedger
 from maserve_prefect.runtime.pool_state import (
     ActiveRequest,
     DeviceInfo,

@@ -18,7 +18,7 @@ from maserve_prefect.errors import (
 from maserve_prefect.settings import Settings
 from maserve_prefect.trace.cas import ContentStore, MemoryStore, sha256_hex
 from maserve_prefect.trace.db import make_engine
-from maserve_prefect.trace.ledger import Ledger, RunStatus
+from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import (
     Dep,
     EdgeKind,
@@ -33,6 +33,7 @@ from maserve_prefect.trace.model import (
     SessionRecord,
     StageRecord,
 )
+from maserve_prefect.trace.runs import RunStatus
 from maserve_prefect.trace.tables import EdgeRow, PayloadRefRow
 from maserve_prefect.trace.validate import validate_trace
 

@@ -7,7 +7,7 @@ import pytest
 from maserve_prefect.errors import ConfigError, TraceNotFoundError, TraceValidationError
 from maserve_prefect.trace.bundle import canonical_trace
 from maserve_prefect.trace.cas import MemoryStore
-from maserve_prefect.trace.ledger import Ledger, PrefectLink
+from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import Dep, EdgeKind, OpKind, OpRecord, OpStatus
 from maserve_prefect.trace.prefect_export import (
     PrefectTaskRun,
@@ -17,6 +17,7 @@ from maserve_prefect.trace.prefect_export import (
     read_task_runs,
     wait_for_prefect,
 )
+from maserve_prefect.trace.runs import PrefectLink
 
 
 def make_ops() -> list[OpRecord]:

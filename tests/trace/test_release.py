@@ -1,4 +1,4 @@
-"""Tests for trace.release: barrier legality and the named release rules."""
+"""Tests for trace.release and trace.barrier: barrier legality and the named release rules."""
 
 from __future__ import annotations
 
@@ -8,6 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maserve_prefect.errors import IllegalReleaseError, TraceValidationError
+from maserve_prefect.trace.barrier import (
+    BarrierEdge,
+    PerRootEdge,
+    StageBarrier,
+    apply_barrier,
+    barrier_edges,
+    check_legal_change,
+    expand_per_root_edge,
+)
 from maserve_prefect.trace.model import (
     Dep,
     DepOrigin,
@@ -20,18 +29,7 @@ from maserve_prefect.trace.model import (
     StageRecord,
     Trace,
 )
-from maserve_prefect.trace.release import (
-    BarrierEdge,
-    PerRootEdge,
-    ReleaseRule,
-    StageBarrier,
-    apply_barrier,
-    barrier_edges,
-    check_legal_change,
-    expand_per_root_edge,
-    release_plan,
-    release_predecessors,
-)
+from maserve_prefect.trace.release import ReleaseRule, release_plan, release_predecessors
 
 
 def make_op(
