@@ -14,13 +14,9 @@ import pytest
 from sqlmodel import Session, func, select
 
 import maserve_prefect.engine.openai.metrics as metrics_mod
-from maserve_prefect.engine.openai.metrics import (
-    DEFAULT_NAMES,
-    MetricsScraper,
-    counter_delta,
-    gauge_time_average,
-    parse_vllm_metrics,
-)
+from maserve_prefect.engine.openai.metrics import MetricsScraper
+from maserve_prefect.engine.openai.metrics_parse import DEFAULT_NAMES, parse_vllm_metrics
+from maserve_prefect.engine.openai.metrics_report import counter_delta, gauge_time_average
 from maserve_prefect.engine.sim.records import SERIES
 from maserve_prefect.errors import ConfigError, EngineError
 from maserve_prefect.trace.cas import MemoryStore

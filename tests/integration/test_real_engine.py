@@ -14,13 +14,13 @@ from conftest import server_config
 from maserve_prefect.engine.openai.engine import OpenAIEngine
 from maserve_prefect.engine.openai.kv_decode import BlockStored
 from maserve_prefect.engine.openai.kv_events import KVEventSubscriber
-from maserve_prefect.engine.openai.metrics import (
+from maserve_prefect.engine.openai.metrics import MetricsScraper
+from maserve_prefect.engine.openai.metrics_parse import (
     NUM_REQUESTS_RUNNING,
     NUM_REQUESTS_WAITING,
-    MetricsScraper,
-    counter_delta,
     parse_vllm_metrics,
 )
+from maserve_prefect.engine.openai.metrics_report import counter_delta
 from maserve_prefect.engine.protocol import (
     Force,
     OutcomeStatus,

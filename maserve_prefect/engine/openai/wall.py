@@ -35,7 +35,7 @@ import httpx
 
 from maserve_prefect.clock import WallClock
 from maserve_prefect.engine.openai.engine import OpenAIEngine
-from maserve_prefect.engine.openai.metrics import (
+from maserve_prefect.engine.openai.metrics_parse import (
     NUM_REQUESTS_RUNNING,
     NUM_REQUESTS_WAITING,
     parse_vllm_metrics,

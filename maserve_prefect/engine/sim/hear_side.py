@@ -6,22 +6,15 @@ One idea: a `SimReplica` answers every control the way `hear.reference.Reference
 (`retention.py`), `CacheRelease` unpins them, `CachePrepare` loads host-tier blocks onto the GPU
 (`host_tier.py`) in a transfer that occupies the replica between steps.
 
-On top of `resolve` (which judges support only), the simulator checks what the KV state allows,
-for the control resolve chose (fallbacks are chosen by support, not re-chosen here):
-- a REQUIREMENT retain needs every named block resident in its tier or a faster one (a retain
-  keeps what is there; send `CachePrepare` first), and CPU-tier requirement pins must fit the
-  host tier; a REQUIREMENT prepare needs every block resident somewhere (it moves blocks from
-  the host tier, it cannot compute them) and, for the GPU, room for them;
-- a PREFERENCE retain or prepare that would do nothing (no named block resident; nothing in the
-  host tier to load) is dropped with a "no-op" reason, so the answer says so;
-- request-scoped controls (`Priority`, `ExecutionMode`, `OrderingKey`, `MaxWait`) sent to
-  `control()` without a request are not honoured ("send it with submit()").
-A requirement that fails a check is unsatisfied (UNSUPPORTED, nothing applied); a preference is
-dropped (noted). Honoured preferences that apply to part of their blocks are recorded in
-`effects` (one `CacheEffect` per applied cache control).
+Judging a control — `resolve` plus the checks of what the KV state allows, and a submission's
+`SubmitPlan` — is `hear_resolve.HearResolver`, the base of `SimHear`; here is what applies the
+honoured ones, keeps the tiers and pins in step with the KV cache (its hooks), and reports state.
+Honoured preferences that apply to part of their blocks are recorded in `effects` (one
+`CacheEffect` per applied cache control).
 
-Intents go to an `IntentLog` that nothing here (or in scheduling) reads. The per-request notes
-keep the wording the simulator always used ("fell back", "ignored"), so outcomes read the same.
+A harness names KV blocks by hash (`prompt_block_hashes`) and can mirror residency from a
+`ResidencyFeed` (the simulator's KV events, fed by the hooks here). Intents go to an `IntentLog`
+that nothing here (or in scheduling) reads.
 
 Examples:
     >>> from maserve_prefect.engine.sim.kernel import Kernel
@@ -35,37 +28,21 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from maserve_prefect.engine.protocol import (
-    Acceptance,
-    Control,
-    ExecutionMode,
-    Force,
-    Priority,
-    Request,
-    Ticket,
-)
+from maserve_prefect.engine.protocol import Acceptance, Control, Request, Ticket
+from maserve_prefect.engine.sim.hear_resolve import HearResolver
 from maserve_prefect.engine.sim.host_tier import HostTier, HostTierConfig
 from maserve_prefect.engine.sim.request import SimRequest
 from maserve_prefect.engine.sim.retention import RetentionTable
 from maserve_prefect.errors import SimulationError
 from maserve_prefect.hear.capabilities import HearCapabilities
 from maserve_prefect.hear.channel import IntentLog
-from maserve_prefect.hear.controls import (
-    CacheOp,
-    CachePrepare,
-    CacheRelease,
-    CacheRetain,
-    MaxWait,
-    OrderingKey,
-    Tier,
-)
-from maserve_prefect.hear.force import Dropped, Resolution, Unsatisfied, resolve
+from maserve_prefect.hear.controls import CacheOp, CachePrepare, CacheRelease, CacheRetain, Tier
 from maserve_prefect.hear.intents import Prediction
 from maserve_prefect.hear.state import (
     CostEstimate,
@@ -79,21 +56,6 @@ from maserve_prefect.hear.subjects import InstanceRef
 
 if TYPE_CHECKING:
     from maserve_prefect.engine.sim.replica import SimReplica
-
-_REQUEST_SCOPED = (Priority, ExecutionMode, OrderingKey, MaxWait)
-_CACHE = (CachePrepare, CacheRetain, CacheRelease)
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitPlan:
-    """What a submission's honoured controls set, and its notes."""
-
-    priority: int
-    mode: str
-    ordering_key: float
-    max_wait_s: float | None
-    cache: tuple[Control, ...]
-    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,19 +79,6 @@ class Transfer:
     kind: str  # "admission" | "prepare"
     request_ids: tuple[str, ...] = ()
     num_not_loaded: int = 0  # prepare: blocks that found no allocatable GPU block
-
-
-def submit_notes(res: Resolution) -> tuple[str, ...]:
-    """A resolution's fallbacks and drops in the simulator's outcome wording."""
-    out: list[str] = []
-    for f in res.fallbacks:
-        req, used = f.requested, f.used
-        if isinstance(req, ExecutionMode) and isinstance(used, ExecutionMode):
-            out.append(f"mode {req.mode!r} unsupported; fell back to {used.mode!r}")
-        else:
-            out.append(f"{req!r} cannot be honoured; fell back to {used!r}")
-    out += [f"preference {d.control!r} not honoured: {d.reason}; ignored" for d in res.dropped]
-    return tuple(out)
 
 
 def prompt_block_hashes(request: Request, block_size: int) -> tuple[int, ...]:
@@ -177,7 +126,7 @@ class ResidencyFeed:
         return out
 
 
-class SimHear:
+class SimHear(HearResolver):
     """HEAR state of one `SimReplica` (built by it; see the module docstring).
 
     Args:
@@ -226,114 +175,6 @@ class SimHear:
             kv_tiers=tiers if caching else (),
             waiting_requirements=True,
         )
-
-    # -- resolution ------------------------------------------------------------------------
-
-    def resolve(self, controls: Sequence[Control], request_scoped: bool) -> Resolution:
-        """`force.resolve`, then the KV-state checks (module docstring)."""
-        res = resolve(controls, self.capabilities)
-        requested = {id(f.used): f.requested for f in res.fallbacks}
-        honoured: list[Control] = []
-        fallbacks = list(res.fallbacks)
-        dropped = list(res.dropped)
-        unsatisfied = list(res.unsatisfied)
-        memo: list[set[int]] = []
-
-        def hard_cpu() -> set[int]:  # only a CPU-tier requirement retain needs it: once
-            if not memo:
-                memo.append(self.retention.hard_cpu_hashes())
-            return memo[0]
-
-        for c in res.honoured:
-            why = self._cannot(c, request_scoped, hard_cpu)
-            if not why:
-                honoured.append(c)
-                continue
-            orig = requested.get(id(c), c)
-            fallbacks = [f for f in fallbacks if f.used is not c]
-            if c.force is Force.REQUIREMENT:
-                unsatisfied.append(Unsatisfied(orig, why))
-            else:
-                dropped.append(Dropped(orig, why))
-        return Resolution(tuple(honoured), tuple(fallbacks), tuple(dropped), tuple(unsatisfied))
-
-    def plan_submit(self, request: Request, controls: Sequence[Control]) -> SubmitPlan | str:
-        """A submission's plan, or the UNSUPPORTED reason."""
-        res = self.resolve(controls, request_scoped=True)
-        if res.unsatisfied:
-            return f"{self.rep.name}: {res.reason}"
-        prio = res.honoured_of(Priority)
-        keys = res.honoured_of(OrderingKey)
-        waits = res.honoured_of(MaxWait)
-        return SubmitPlan(
-            priority=prio[0].value if prio else request.priority,
-            mode=res.realized_mode(self.rep.modes[0]),
-            ordering_key=keys[0].key if keys else 0.0,
-            max_wait_s=waits[0].max_wait_s if waits else None,
-            cache=tuple(c for c in res.honoured if isinstance(c, _CACHE)),
-            notes=submit_notes(res),
-        )
-
-    def _cannot(self, c: Control, request_scoped: bool, hard_cpu: Callable[[], set[int]]) -> str:
-        if isinstance(c, _REQUEST_SCOPED):
-            return "" if request_scoped else "it applies to one request; send it with submit()"
-        if isinstance(c, CacheRetain):
-            return self._cannot_retain(c, hard_cpu)
-        if isinstance(c, CachePrepare):
-            return self._cannot_prepare(c)
-        return ""
-
-    def _where(self, h: int) -> Tier | None:
-        if self.kv.block_of(h) >= 0:
-            return Tier.GPU
-        if self.host is not None and h in self.host:
-            return Tier.CPU
-        return None
-
-    def _cannot_retain(self, c: CacheRetain, hard_cpu: Callable[[], set[int]]) -> str:
-        where = [self._where(h) for h in c.block_hashes]
-        n = len(where)
-        if c.force is Force.REQUIREMENT:
-            missing = sum(w is None or w > c.tier for w in where)
-            if missing:
-                return (
-                    f"{missing} of its {n} blocks are not resident in {c.tier.name} or a faster "
-                    "tier; a retain keeps what is there (send CachePrepare first)"
-                )
-            if c.tier is Tier.CPU and self.host is not None:
-                total = len(hard_cpu() | set(c.block_hashes))
-                if total > self.host.capacity_blocks:
-                    return (
-                        f"requirement pins on {total} blocks exceed the host tier's "
-                        f"{self.host.capacity_blocks} blocks"
-                    )
-            return ""
-        if all(w is None for w in where):
-            return f"no-op: none of its {n} blocks is resident in any tier"
-        return ""
-
-    def _cannot_prepare(self, c: CachePrepare) -> str:
-        where = [self._where(h) for h in c.block_hashes]
-        absent = sum(w is None for w in where)
-        on_host = sum(w is Tier.CPU for w in where)
-        if c.force is Force.REQUIREMENT:
-            if absent:
-                return (
-                    f"{absent} of its {len(where)} blocks are resident in no tier; a prepare "
-                    "moves blocks from the host tier, it cannot compute them"
-                )
-            if c.tier is Tier.GPU and on_host > self.kv.num_free_blocks:
-                return (
-                    f"{on_host} blocks to load but {self.kv.num_free_blocks} GPU blocks can be "
-                    "allocated now"
-                )
-            return ""
-        if c.tier is Tier.CPU or not on_host:
-            return (
-                f"no-op: nothing to load from the host tier ({len(where) - absent - on_host} "
-                f"blocks on the GPU already, {absent} in no tier)"
-            )
-        return ""
 
     # -- applying cache controls -----------------------------------------------------------
 

@@ -17,11 +17,12 @@ Rules callers rely on:
 - Placement is the caller's; `route(deployment)` is a deterministic helper (least outstanding
   requests among READY replicas, ties by name).
 
-Exports: `lifecycle_log` (one `LifecycleRecord` per executed action), `device_time()` (device
-time split, `device_time.py`), `memory_timeline(device)`, each replica's `Timeline` and
-`step_rows()` (per-step, per-request rows joinable to ops through request ids). An optional event
-`log` receives the replicas' request events and the pool's lifecycle events `(t, event, replica,
-level)`: `load`/`ready`, `sleep`/`asleep`, `wake`/`awake`, `unload`/`unloaded`.
+Exports: `lifecycle_log` (one `LifecycleRecord` per executed action); the views (`memory`,
+`route`, ...) and the other exports (`device_time()`, `memory_timeline(device)`, `timelines()`,
+`step_rows()`) read the pool's tables and live in the base class, `PoolViews` (`pool_views.py`).
+An optional event `log` receives the replicas' request events and the pool's lifecycle events
+`(t, event, replica, level)`: `load`/`ready`, `sleep`/`asleep`, `wake`/`awake`,
+`unload`/`unloaded`.
 
 Examples:
     >>> from maserve_prefect.engine.sim.kernel import Kernel
@@ -40,12 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from maserve_prefect.engine.catalog import lifecycle as lc
 from maserve_prefect.engine.catalog.lifecycle import LifecyclePlan
-from maserve_prefect.engine.protocol import (
-    Acceptance,
-    DeviceMemory,
-    LifecycleAction,
-    LifecycleTicket,
-)
+from maserve_prefect.engine.protocol import Acceptance, LifecycleAction, LifecycleTicket
 from maserve_prefect.engine.sim.cost import StepCostModel
 from maserve_prefect.engine.sim.device import (
     Deployment,
@@ -53,12 +49,10 @@ from maserve_prefect.engine.sim.device import (
     LifecycleRecord,
     ReplicaStatus,
 )
-from maserve_prefect.engine.sim.device_time import DeviceTimeRow
 from maserve_prefect.engine.sim.host_tier import HostTierConfig
 from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.lifecycle_exec import DONE_EVENT, PoolReplica, execute_plan
-from maserve_prefect.engine.sim.pool_export import device_time_rows, step_rows
-from maserve_prefect.engine.sim.records import Timeline
+from maserve_prefect.engine.sim.pool_views import PoolViews
 from maserve_prefect.engine.sim.replica import SimReplica
 from maserve_prefect.engine.sim.replica_loop import LogEntry
 from maserve_prefect.engine.sim.step_time import make_step_model
@@ -75,7 +69,7 @@ def roofline_costs(deployment: Deployment, slot: DeviceSlot) -> StepCostModel:
     return make_step_model(deployment.model, slot.gpu.name, deployment.tp)
 
 
-class SimPool:
+class SimPool(PoolViews):
     """Simulated devices and the replicas on them (the `Pool` protocol).
 
     Args:
@@ -117,76 +111,6 @@ class SimPool:
         self.log = log
         self.check_invariants = check_invariants
         self.lifecycle_log: list[LifecycleRecord] = []
-
-    # -- views -----------------------------------------------------------------------------
-
-    def devices(self) -> Sequence[str]:
-        return list(self._slots)
-
-    def slot(self, device: str) -> DeviceSlot:
-        try:
-            return self._slots[device]
-        except KeyError:
-            raise ConfigError(
-                f"no device {device!r} in this pool; have {list(self._slots)}"
-            ) from None
-
-    def replicas(self) -> Sequence[SimReplica]:
-        """Engines of replicas that are not unloaded, by name."""
-        live = sorted(
-            n for n, p in self._replicas.items() if p.status is not ReplicaStatus.UNLOADED
-        )
-        return [self._replicas[n].engine for n in live]
-
-    def pool_replicas(self) -> Sequence[PoolReplica]:
-        """Every replica ever created (unloaded ones included), in creation order."""
-        return list(self._replicas.values())
-
-    def replica(self, name: str) -> SimReplica:
-        return self._entry(name).engine
-
-    def status(self, name: str) -> ReplicaStatus:
-        return self._entry(name).status
-
-    def deployment(self, name: str) -> Deployment:
-        try:
-            return self._deployments[name]
-        except KeyError:
-            raise ConfigError(
-                f"no deployment {name!r}; known: {sorted(self._deployments)}"
-            ) from None
-
-    def memory(self, device: str) -> DeviceMemory:
-        slot = self.slot(device)
-        on = [p for p in self._replicas.values() if slot in p.devices and p.held_bytes > 0]
-        used = sum(p.held_bytes for p in on)
-        return DeviceMemory(device, slot.gpu.memory_bytes, used, tuple(p.name for p in on))
-
-    def memory_timeline(self, device: str) -> list[tuple[float, int]]:
-        """`(t_s, used_bytes)` at every change (the value holds until the next row)."""
-        self.slot(device)
-        return list(self._mem[device])
-
-    def timelines(self) -> dict[str, Timeline]:
-        """Each replica's engine series (vLLM Prometheus names), by replica name."""
-        return {n: p.engine.timeline for n, p in self._replicas.items()}
-
-    def route(self, deployment: str) -> SimReplica | None:
-        """Least outstanding requests among READY, accepting replicas of `deployment`; ties by
-        name. None when no replica can take work now."""
-        best: SimReplica | None = None
-        best_key: tuple[int, str] | None = None
-        ready = ReplicaStatus.READY
-        for p in self._replicas.values():
-            if p.status is not ready or p.deployment.name != deployment:
-                continue
-            eng = p.engine
-            if not eng.accepting:
-                continue
-            key = (eng.num_outstanding, p.name)
-            if best_key is None or key < best_key:
-                best, best_key = eng, key
-        return best
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -334,25 +258,7 @@ class SimPool:
         self._close(p, "unloading")
         return self._run(p, LifecycleAction.UNLOAD, plan, 0, on_done)
 
-    # -- exports ---------------------------------------------------------------------------
-
-    def device_time(self, start_s: float = 0.0, end_s: float | None = None) -> list[DeviceTimeRow]:
-        """Per-device time split over `[start_s, end_s]` (default: up to now), device order."""
-        end = self.clock.now() if end_s is None else end_s
-        return device_time_rows(self._slots, self._replicas.values(), start_s, end)
-
-    def step_rows(self) -> list[dict[str, object]]:
-        """One row per (step record, scheduled request): join to ops through `request_id`."""
-        return step_rows(self._replicas.values())
-
     # -- internals -------------------------------------------------------------------------
-
-    def _entry(self, name: str) -> PoolReplica:
-        try:
-            return self._replicas[name]
-        except KeyError:
-            raise ConfigError(f"no replica {name!r}; have {sorted(self._replicas)}") from None
-
     def _cost(self, dep: Deployment, slot: DeviceSlot) -> StepCostModel:
         key = (dep, slot.gpu.name)
         if key not in self._costs:

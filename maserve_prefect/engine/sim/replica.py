@@ -4,7 +4,7 @@ The step loop, fast-forwarded runs and the event log live in `replica_loop.py` (
 this class's base); here is what the outside sees: submission and admission checks, `state()`,
 the HEAR side and the lifecycle hooks a Pool drives.
 
-HEAR (`hear_side.py`): controls are resolved by `hear.force.resolve` against
+HEAR (`hear_resolve.py`, `hear_side.py`): controls are resolved by `hear.force.resolve` against
 `hear_capabilities()` — every HEAR control is supported (`Priority` only under the priority
 policy; cache controls while prefix caching is on; the CPU tier with a host tier). Cache controls
 also go through `control(controls)` outside a submission, and `hear_state()` reports residency
