@@ -124,7 +124,7 @@ def replay_section(console: Console, users: int) -> None:
     from maserve_prefect.metrics.path import path_ledger, path_shares
     from maserve_prefect.metrics.task import root_latencies
     from maserve_prefect.replay.driver import replay_trace
-    from maserve_prefect.trace.release import StageBarrier
+    from maserve_prefect.trace.barrier import StageBarrier
 
     console.rule("[bold]4. Fixed-work replay: four-call workflow, DAG vs Barrier vs Flat")
     native = run_native("four_call_full", users=users, seed=0)

@@ -40,7 +40,8 @@ from maserve_prefect.runtime.pool_costs import (
     predictor_scores,
     training_rows,
 )
-from maserve_prefect.runtime.pool_exec import PoolRunResult, run_pool
+from maserve_prefect.runtime.pool_exec import run_pool
+from maserve_prefect.runtime.pool_results import PoolRunResult
 from maserve_prefect.runtime.pool_workload import (
     ARRIVAL_SEED,
     POOL_MODELS,

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.runtime.pool_costs import TrainingSpec
-from maserve_prefect.runtime.pool_exec import ExecOptions
+from maserve_prefect.runtime.pool_inputs import ExecOptions
 from maserve_prefect.runtime.pool_workload import ArrivalPattern
 from maserve_prefect.yamlfiles import read_yaml_mapping
 

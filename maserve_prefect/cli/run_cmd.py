@@ -144,7 +144,7 @@ def run_cmd(
     from maserve_prefect.flows.workflows import get_workflow, list_workflows
     from maserve_prefect.runtime.poolfile import load_pool_file
     from maserve_prefect.trace.bundle import export_bundle
-    from maserve_prefect.trace.ledger import RunStatus
+    from maserve_prefect.trace.runs import RunStatus
 
     console = Console()
     try:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.hear_bench.adapters import make_pool, parse_arm, run_arm
+from maserve_prefect.hear_bench.arms import make_pool, parse_arm, run_arm
 from maserve_prefect.workloads.sessions import SessionSet
 
 __all__ = ["SizingRule", "SizingStep", "size_pool"]

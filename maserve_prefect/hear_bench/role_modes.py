@@ -31,7 +31,8 @@ from typing import Any
 from maserve_prefect.hear.mode_calibration import DevRun, calibrate
 from maserve_prefect.hear.modemap import ModeMap
 from maserve_prefect.hear.policies import Fcfs, RoleModeSelection
-from maserve_prefect.hear_bench.adapters import Arm, ArmRun, make_pool, role_of, run_arm
+from maserve_prefect.hear_bench.adapters import role_of
+from maserve_prefect.hear_bench.arms import Arm, ArmRun, make_pool, run_arm
 from maserve_prefect.hear_bench.tables import (
     SuiteReport,
     arm_row,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.hear_bench.adapters import ArmRun, make_pool, parse_arm, run_arm
+from maserve_prefect.hear_bench.arms import ArmRun, make_pool, parse_arm, run_arm
 from maserve_prefect.hear_bench.tables import (
     SuiteReport,
     arm_row,

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.hear_bench.adapters import ArmRun
+from maserve_prefect.hear_bench.arms import ArmRun
 
 __all__ = [
     "SuiteReport",

@@ -1,13 +1,10 @@
 """The report of a replay scenario: task- and engine-level metric tables, plots and artifacts.
 
-The one idea: a scenario's arms are compared on their *measured* roots — target-cohort roots
-whose arrival offset lies in the scenario's window (`replay.arm_summary.measured_roots`, the roots
-`ArmSummary` counts) — so every figure here is computed from each arm run's replay trace (and, on the simulator, its
-per-step records) by the library functions of `maserve_prefect.metrics`, once per arm run
-(`arm_metrics`), and then only rendered: `metric_tables` gives report rows (one table per
-metric, one row per arm and block, or per arm, block and class/stage/replica), `write_plots` the
-four PNGs, `publish_replay` the Prefect table and markdown artifacts. The CLI (`maserve
-replay`), the suite runner (`bench.runner`) and the UI therefore show the same numbers.
+The one idea: every figure is computed once per arm run, on the scenario's *measured* roots, by
+`metrics.replay_metrics` (`arm_metrics`), and here only rendered: `metric_tables` gives report
+rows (one table per metric, one row per arm and block, or per arm, block and class/stage/replica),
+`write_plots` the four PNGs, `publish_replay` the Prefect table and markdown artifacts. The CLI
+(`maserve replay`), the suite runner (`bench.runner`) and the UI therefore show the same numbers.
 
 Tables (`metric_tables` keys):
 
@@ -41,28 +38,15 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from maserve_prefect.metrics.engine import (
-    PrefillFactor,
-    ReplicaMetrics,
-    co_batching,
-    decode_batch,
-    goodput_per_accelerator,
-    kv_capacity_bytes,
-    kv_occupancy,
-    preemptions_by_class,
-    prefill_factor,
-    replica_metrics,
-    request_classes,
-    step_intensity,
-    time_weighted_intensity,
-)
-from maserve_prefect.metrics.path import SEGMENTS, RootPath, path_ledger, path_shares
+from maserve_prefect.metrics.engine import goodput_per_accelerator, kv_capacity_bytes, kv_occupancy
+from maserve_prefect.metrics.path import SEGMENTS, path_shares
+from maserve_prefect.metrics.replay_metrics import ArmMetrics, scenario_metrics
 from maserve_prefect.metrics.report import (
     Row,
     plot_kv_occupancy,
@@ -71,144 +55,14 @@ from maserve_prefect.metrics.report import (
     plot_root_gantt,
     publish_artifacts,
 )
-from maserve_prefect.metrics.slo import (
-    ClassAttainment,
-    arrival_window,
-    attainment,
-    task_goodput,
-)
-from maserve_prefect.metrics.task import (
-    AttemptSummary,
-    RootLatency,
-    RootStatus,
-    StageTime,
-    attempts,
-    root_latencies,
-    stage_times,
-)
-from maserve_prefect.replay.arm_summary import measured_roots
-from maserve_prefect.replay.arms import ArmResult, ScenarioResult
+from maserve_prefect.metrics.task import RootStatus, StageTime
+from maserve_prefect.replay.arms import ScenarioResult
 from maserve_prefect.replay.conformance import ConformanceReport, audit
-from maserve_prefect.trace.model import Trace
 
 SEGMENT_SHARES = {s: s.removesuffix("_s") for s in SEGMENTS}
 """Completion-path segment → its share column in the completion-path table."""
 GIB = 2**30
 PLOT_FILES = ("latency_cdf.png", "path_bars.png", "kv_occupancy.png", "root_gantt.png")
-
-
-@dataclass(slots=True)
-class ArmMetrics:
-    """Every metric of one arm run (see the module docstring for what each covers).
-
-    On a real engine, which has neither a simulated pool nor per-step records,
-    `num_accelerators` and the engine fields (`replicas` to `preemptions`) stay empty.
-    """
-
-    arm: str
-    block: int
-    measured: list[str]
-    latencies: list[RootLatency]
-    paths: list[RootPath]
-    stages: list[StageTime]
-    attempts: dict[RootStatus, AttemptSummary]
-    slo: dict[str, ClassAttainment]
-    goodput_window_s: float | None
-    goodput_per_s: float | None
-    num_accelerators: int | None
-    replicas: list[ReplicaMetrics] = field(default_factory=list)
-    intensity: float | None = None
-    decode_batch: float | None = None
-    prefill: PrefillFactor | None = None
-    co_batching: dict[str, dict[str, float]] = field(default_factory=dict)
-    preemptions: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def kv_memory_time_byte_s(self) -> float | None:
-        """KV memory-time summed over replicas (None without per-step records)."""
-        if not self.replicas:
-            return None
-        return sum(r.kv_memory_time_byte_s for r in self.replicas)
-
-
-def _sub_trace(trace: Trace, roots: set[str]) -> Trace:
-    return trace.model_copy(
-        update={
-            "roots": [r for r in trace.roots if r.root_id in roots],
-            "stages": [s for s in trace.stages if s.root_id in roots],
-            "ops": [o for o in trace.ops if o.root_id in roots],
-        }
-    )
-
-
-def _goodput(
-    result: ScenarioResult, arm: ArmResult, lats: list[RootLatency], deadlines: dict[str, float]
-) -> tuple[float | None, float | None]:
-    if not lats or not deadlines:
-        return None, None
-    w = result.scenario.window
-    if w.end_s is not None:
-        window = (arm.run.start_s + w.start_s, arm.run.start_s + w.end_s)
-    else:
-        window = arrival_window(lats)
-    span = window[1] - window[0]
-    if span <= 0:
-        return None, None
-    return span, task_goodput(lats, deadlines, window=window)
-
-
-def arm_metrics(result: ScenarioResult, arm: ArmResult) -> ArmMetrics:
-    """Compute every metric of one arm run of `result` (see the module docstring).
-
-    Raises:
-        TraceValidationError: the replay trace is inconsistent (e.g. a missing dependency).
-    """
-    run, s = arm.run, arm.summary
-    measured = [m.root_id for m in measured_roots(run, result.trace_set, result.scenario)]
-    keep = set(measured)
-    lats = [r for r in root_latencies(run.trace) if r.root_id in keep]
-    deadlines = result.deadlines_s
-    timed = [r for r in lats if r.workload_class in deadlines]
-    offered = [r for r in timed if r.root_id in run.root_arrival_s]
-    span, goodput = _goodput(result, arm, offered, deadlines)
-    out = ArmMetrics(
-        arm=s.arm,
-        block=s.block,
-        measured=measured,
-        latencies=lats,
-        paths=[p for p in path_ledger(run.trace) if p.root_id in keep],
-        stages=[st for st in stage_times(run.trace) if st.root_id in keep],
-        attempts=attempts(_sub_trace(run.trace, keep)),
-        slo=attainment(timed, deadlines) if deadlines else {},
-        goodput_window_s=span,
-        goodput_per_s=goodput,
-        num_accelerators=None,
-    )
-    if run.pool is None:
-        return out
-    replicas = list(run.pool.pool_replicas())
-    out.num_accelerators = len({d.name for p in replicas for d in p.devices}) or None
-    records = run.step_records()
-    if not records:
-        return out
-    classes = request_classes(run.trace)
-    out.replicas = replica_metrics(replicas, end_s=run.end_s)
-    out.intensity = time_weighted_intensity(
-        [step_intensity(r, p.deployment.spec) for p in replicas for r in p.engine.records]
-    )
-    out.decode_batch = decode_batch(records)
-    out.prefill = prefill_factor(records, run.trace)
-    scheduled = {classes.get(t.request_id) for r in records for t in r.scheduled}
-    out.co_batching = {
-        c: co_batching(records, classes, c) for c in sorted(x for x in scheduled if x is not None)
-    }
-    out.preemptions = preemptions_by_class(records, classes)
-    return out
-
-
-def scenario_metrics(result: ScenarioResult) -> list[ArmMetrics]:
-    """`arm_metrics` of every arm run, in arm order (scenario order), blocks in order."""
-    return [arm_metrics(result, r) for rs in result.by_arm().values() for r in rs]
 
 
 # -- tables ------------------------------------------------------------------------------------

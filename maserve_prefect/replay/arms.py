@@ -48,9 +48,9 @@ from maserve_prefect.replay.driver import ReplayRun, replay_trace
 from maserve_prefect.replay.scenario import Arm, Scenario, arrival_process
 from maserve_prefect.replay.traceset import TraceSet, build_trace_set
 from maserve_prefect.runtime.poolfile import PoolFile, default_pool_file, load_pool_file
+from maserve_prefect.trace.barrier import BarrierEdge, apply_barrier, barrier_edges
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import Trace
-from maserve_prefect.trace.release import BarrierEdge, apply_barrier, barrier_edges
 
 if TYPE_CHECKING:
     from maserve_prefect.engine.openai.wall import DrainReport
@@ -233,7 +233,7 @@ def _arm_flow() -> Any:
 
 def arm_barrier(scenario: Scenario, ts: TraceSet, arm: Arm) -> list[BarrierEdge]:
     """The op edges `arm`'s barrier adds to the trace set, each with its note (none for an arm
-    without a barrier), checked as the replay applies them (`trace.release.apply_barrier`).
+    without a barrier), checked as the replay applies them (`trace.barrier.apply_barrier`).
 
     Stage barriers and per-root edges (`each_root: true`) expand against the trace set here, so
     one per-root edge covers however many roots the scale gives the cohort.

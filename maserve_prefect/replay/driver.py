@@ -49,9 +49,10 @@ from maserve_prefect.replay.audit import count_early_releases, realized_trace
 from maserve_prefect.replay.release_driver import ReleaseDriver
 from maserve_prefect.replay.work import InputLock, check_capabilities, deployment_of
 from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
+from maserve_prefect.trace.barrier import Barrier, apply_barrier, barrier_edges
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpKind, OpStatus, Trace
-from maserve_prefect.trace.release import Barrier, ReleaseRule, apply_barrier, barrier_edges
+from maserve_prefect.trace.release import ReleaseRule
 
 WALL_SWITCH_INTERVAL_S = 1e-4
 """The interpreter's thread switch interval during a wall-clock replay (default is 5 ms)."""

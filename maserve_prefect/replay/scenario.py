@@ -30,7 +30,7 @@ Relative paths (bundles, pool files) are resolved against the scenario file's fo
 
 A `barrier` entry takes one of three forms (`BarrierSpec`): `before` + `after` stage names (every
 root; `root_id` restricts it to one), `src` + `dst` op ids (one root's ops), or `src` + `dst` op
-ids relative to a root with `each_root: true` (`trace.release.PerRootEdge`: one edge in every
+ids relative to a root with `each_root: true` (`trace.barrier.PerRootEdge`: one edge in every
 root that realized both ops, so the barrier does not depend on the trace set's size). Whether the
 ops exist is checked against the trace set when the scenario runs (`replay.arms.arm_barrier`).
 
@@ -56,13 +56,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from maserve_prefect.engine.target import parse_engine
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay import arrivals as arr
-from maserve_prefect.trace.release import (
-    Barrier,
-    BarrierEdge,
-    PerRootEdge,
-    ReleaseRule,
-    StageBarrier,
-)
+from maserve_prefect.trace.barrier import Barrier, BarrierEdge, PerRootEdge, StageBarrier
+from maserve_prefect.trace.release import ReleaseRule
 from maserve_prefect.yamlfiles import read_yaml_mapping
 
 DEFAULT_WALL_TIMEOUT_S = 1800.0

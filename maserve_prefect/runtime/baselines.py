@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from maserve_prefect.runtime.constructor import LifecycleOption, WorkItem, lifecycle_option
+from maserve_prefect.runtime.constructor import LifecycleOption, lifecycle_option
+from maserve_prefect.runtime.fusion import WorkItem
 from maserve_prefect.runtime.plan_round import Round
 from maserve_prefect.runtime.plans import Decisions, Snapshot, register_plan
 from maserve_prefect.runtime.pool_snapshot import PoolSnapshot, pool_snapshot

@@ -50,13 +50,11 @@ from dataclasses import dataclass
 
 from maserve_prefect.runtime.constructor import (
     LifecycleOption,
-    WorkItem,
-    coalesce,
     lifecycle_option,
     prefetch_victims,
     victim_delay_s,
-    work_item,
 )
+from maserve_prefect.runtime.fusion import WorkItem, coalesce, work_item
 from maserve_prefect.runtime.plan_round import Round, Slots
 from maserve_prefect.runtime.plans import Decisions, Snapshot, register_plan
 from maserve_prefect.runtime.pool_snapshot import pool_snapshot

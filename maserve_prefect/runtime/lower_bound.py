@@ -41,7 +41,7 @@ A warm pool (`cold=False`) drops the load terms (replicas may be resident at tim
 
 Examples:
     >>> from maserve_prefect.runtime.window import WorkUnit
-    >>> from maserve_prefect.runtime.pool_exec import Workflow
+    >>> from maserve_prefect.runtime.pool_inputs import Workflow
     >>> a = WorkUnit("r/a", "r", "Qwen3-0.6B", 100, 8, succs=("r/b",))
     >>> b = WorkUnit("r/b", "r", "Qwen3-0.6B", 100, 8, preds=("r/a",))
     >>> lb = lower_bound([Workflow("r", 0.0, (a, b))], ["A100-40GB:0"])
@@ -65,7 +65,7 @@ from maserve_prefect.runtime.pool_state import DeploymentInfo, deployment_info
 from maserve_prefect.runtime.window import WorkUnit, topo_order
 
 if TYPE_CHECKING:
-    from maserve_prefect.runtime.pool_exec import Workflow
+    from maserve_prefect.runtime.pool_inputs import Workflow
 
 GIB = 1 << 30
 

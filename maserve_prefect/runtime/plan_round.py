@@ -21,7 +21,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from maserve_prefect.runtime.constructor import LifecycleOption, MemoryLedger, WorkItem
+from maserve_prefect.runtime.constructor import LifecycleOption
+from maserve_prefect.runtime.fusion import WorkItem
+from maserve_prefect.runtime.memory_ledger import MemoryLedger
 from maserve_prefect.runtime.plans import Decisions, Grant, Load, Submit, Unload
 from maserve_prefect.runtime.pool_snapshot import PoolSnapshot
 from maserve_prefect.runtime.pool_state import INF, PoolState, ReplicaInfo, ReplicaPhase

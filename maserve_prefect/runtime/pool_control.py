@@ -56,7 +56,7 @@ from maserve_prefect.clock import Clock
 from maserve_prefect.engine.protocol import Acceptance, LifecycleTicket
 from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.errors import ConfigError, SimulationError
-from maserve_prefect.runtime.constructor import Chain, fusible_chains
+from maserve_prefect.runtime.fusion import Chain, fusible_chains
 from maserve_prefect.runtime.plans import Decisions, Load, ReplicaView, Unit
 from maserve_prefect.runtime.pool_handle import PoolHandle
 from maserve_prefect.runtime.pool_snapshot import PlanOptions, PoolSnapshot

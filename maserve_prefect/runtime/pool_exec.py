@@ -16,13 +16,10 @@ been released, with estimated sizes (0 prompt tokens, `DEFAULT_OUTPUT_LIMIT` out
 ready: what `MAServeTaskRunner` can report in a native run, so a replay of a native trace under
 "released" (with the trace's token-locked `requests`) makes the native run's decisions.
 
-Measured per op: ready / submitted / first token / completion, and the model-availability delay
-of every ready op split by what the pool looked like while it waited — `wait_load_s` (no replica
-of its deployment serving, a load of it in progress), `wait_no_load_s` (none serving and none
-loading: the load could not start), `wait_other_s` (a replica was serving; queue or plan choice)
-— plus `reacquire_s` (ready → submitted for ops that follow a same-deployment predecessor). Per
-run: makespan, per-root latency, p95, lifecycle actions, and GPU-seconds per completed session
-split generation / idle-resident / loading / other (`SimPool.device_time`).
+Measured per op: ready / submitted / first token / completion and the model-availability delay
+of every ready op, split by what the pool looked like while it waited; per run: makespan,
+latencies, lifecycle actions and GPU-seconds per session (`runtime.pool_results`). The inputs,
+`Workflow` and `ExecOptions`, live in `runtime.pool_inputs`.
 
 Ablations: `fusion=False` (every unit its own grant), `prefetch=False`, `coalesce=False`
 (per-workflow lifecycle: each root gets private copies of its deployments, so nothing is shared).
@@ -55,125 +52,18 @@ from maserve_prefect.engine.sim.pool import SimPool
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.plans import Plan, Unit, get_plan
-from maserve_prefect.runtime.pool_control import (
-    DEFAULT_OUTPUT_LIMIT,
-    LifecycleEvent,
-    PoolController,
-)
+from maserve_prefect.runtime.pool_control import DEFAULT_OUTPUT_LIMIT, PoolController
 from maserve_prefect.runtime.pool_handle import PoolHandle, SimPoolHandle
+from maserve_prefect.runtime.pool_inputs import REVEAL_MODES, ExecOptions, Workflow
+from maserve_prefect.runtime.pool_results import OpResult, PoolRunResult
 from maserve_prefect.runtime.pool_snapshot import PlanOptions
 from maserve_prefect.runtime.pool_state import CostModel, RooflineCostModel
 from maserve_prefect.runtime.window import UnitStatus, WorkUnit
 
-__all__ = [
-    "REVEAL_MODES",
-    "ExecOptions",
-    "LifecycleEvent",
-    "OpResult",
-    "PoolRunResult",
-    "Workflow",
-    "run_pool",
-]
+__all__ = ["run_pool"]
 
-GIB = 1 << 30
 DeviceTimeFn = Callable[[float, float], Iterable[DeviceTimeRow]]
 """GPU-seconds per device between two instants (`SimPool.device_time`); real pools have none."""
-REVEAL_MODES = ("arrival", "released")
-
-
-@dataclass(frozen=True, slots=True)
-class Workflow:
-    """One root: its DAG of model calls and its arrival offset (seconds after the run starts)."""
-
-    root_id: str
-    arrival_s: float
-    units: tuple[WorkUnit, ...]
-    name: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ExecOptions:
-    """Executor options.
-
-    Attributes:
-        fusion / prefetch: passed to the plan (`PlanOptions`); ablations switch them off.
-        coalesce: False = per-workflow lifecycle (each root gets private deployment copies).
-        kv_cache_bytes: KV pool of the default deployments (and of the default cost model).
-        aging_s / prefetch_slack_s / tie_s: passed to the plan (`PlanOptions`).
-        warm: (deployment, device) pairs loaded before the run starts (time 0 = warm pool).
-        reveal: what plans know of a root's DAG — "arrival" (all of it when the root arrives)
-            or "released" (as MAServeTaskRunner reports it natively; module docstring).
-        requests: the engine request of a unit by id (e.g. token-locked from a trace, so prefix
-            caching sees what the native run saw); default: a length-locked request from the
-            unit's sizes.
-    """
-
-    fusion: bool = True
-    prefetch: bool = True
-    coalesce: bool = True
-    kv_cache_bytes: int = 2 * GIB
-    aging_s: float = 30.0
-    prefetch_slack_s: float = 5.0
-    tie_s: float = 2.0
-    warm: tuple[tuple[str, str], ...] = ()
-    reveal: str = "arrival"
-    requests: Mapping[str, Request] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OpResult:
-    """What happened to one unit (times on the run's clock, seconds)."""
-
-    unit_id: str
-    root_id: str
-    deployment: str
-    replica: str
-    device: str
-    ready_s: float
-    submitted_s: float
-    first_token_s: float
-    completed_s: float
-    num_input_tokens: int
-    num_output_tokens: int
-    wait_load_s: float
-    wait_no_load_s: float
-    wait_other_s: float
-    reacquire_s: float
-    chain: str
-
-
-@dataclass(frozen=True, slots=True)
-class PoolRunResult:
-    """Everything one executor run measured (module docstring)."""
-
-    plan: str
-    start_s: float
-    end_s: float
-    makespan_s: float
-    root_latency_s: Mapping[str, float]
-    p95_latency_s: float
-    mean_latency_s: float
-    ops: tuple[OpResult, ...]
-    lifecycle: tuple[LifecycleEvent, ...]
-    device_time: tuple[DeviceTimeRow, ...]
-    gpu_s_per_session: Mapping[str, float]
-    num_plans: int
-
-    def summary(self) -> dict[str, float]:
-        """Headline numbers for a report table."""
-        loads = [e for e in self.lifecycle if e.action == "load"]
-        return {
-            "makespan_s": self.makespan_s,
-            "p95_latency_s": self.p95_latency_s,
-            "mean_latency_s": self.mean_latency_s,
-            "num_loads": float(len(loads)),
-            "num_prefetches": float(sum(e.prefetch for e in loads)),
-            "num_unloads": float(sum(e.action == "unload" for e in self.lifecycle)),
-            "wait_load_s": sum(o.wait_load_s for o in self.ops),
-            "wait_no_load_s": sum(o.wait_no_load_s for o in self.ops),
-            "reacquire_s": sum(o.reacquire_s for o in self.ops),
-            **{f"gpu_s_{k}": v for k, v in self.gpu_s_per_session.items()},
-        }
 
 
 @dataclass(slots=True)

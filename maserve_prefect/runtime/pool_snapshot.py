@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.runtime.constructor import Chain
+from maserve_prefect.runtime.fusion import Chain
 from maserve_prefect.runtime.plans import Snapshot
 from maserve_prefect.runtime.pool_state import CostModel, PoolState
 from maserve_prefect.runtime.window import Window, WorkUnit
@@ -55,7 +55,7 @@ class PoolSnapshot(Snapshot):
         window: ready / near-ready units with predicted releases.
         units: the active roots' DAG (every unit of a root that arrived and is not finished).
         costs: runtime / memory / load predictions.
-        chains: each unit's fused chain (`constructor.fusible_chains`).
+        chains: each unit's fused chain (`fusion.fusible_chains`).
     """
 
     pool: PoolState

@@ -47,8 +47,10 @@ from maserve_prefect.engine.protocol import (
 from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.errors import ConfigError, EngineError
 from maserve_prefect.runtime.plans import Plan, get_plan
-from maserve_prefect.runtime.pool_exec import ExecOptions, PoolRunResult, Workflow, _PoolRun
+from maserve_prefect.runtime.pool_exec import _PoolRun
 from maserve_prefect.runtime.pool_handle import ResidentView
+from maserve_prefect.runtime.pool_inputs import ExecOptions, Workflow
+from maserve_prefect.runtime.pool_results import PoolRunResult
 from maserve_prefect.runtime.pool_state import (
     CostModel,
     ReplicaPhase,

@@ -65,7 +65,7 @@ import numpy as np
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay.arrivals import BurstArrivals, PoissonArrivals
-from maserve_prefect.runtime.pool_exec import Workflow
+from maserve_prefect.runtime.pool_inputs import Workflow
 from maserve_prefect.runtime.window import WorkUnit
 from maserve_prefect.settings import Settings
 from maserve_prefect.trace.model import SCHEMA_VERSION, OpKind, OpRecord, OpStatus, Trace

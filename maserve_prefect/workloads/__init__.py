@@ -16,14 +16,9 @@ from maserve_prefect.workloads.mooncake_sessions import (
     mooncake_load_levels,
     select_window,
 )
+from maserve_prefect.workloads.replay_results import SessionReplayResult, TurnResult
 from maserve_prefect.workloads.scbench import ScbenchConfig, generate_scbench
-from maserve_prefect.workloads.session_replay import (
-    QueuedTurn,
-    SessionReplayResult,
-    TurnResult,
-    fcfs_order,
-    replay_sessions,
-)
+from maserve_prefect.workloads.session_replay import QueuedTurn, fcfs_order, replay_sessions
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
 
 __all__ = [

@@ -26,6 +26,7 @@ from maserve_prefect.bench.suite import load_suite
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.replay.arms import run_scenario
 from maserve_prefect.replay.scenario import load_scenario
+from maserve_prefect.trace.barrier import PerRootEdge
 from maserve_prefect.trace.bundle import export_bundle
 from maserve_prefect.trace.cas import MemoryStore
 from maserve_prefect.trace.model import (
@@ -39,7 +40,6 @@ from maserve_prefect.trace.model import (
     RootRecord,
     Trace,
 )
-from maserve_prefect.trace.release import PerRootEdge
 
 SUITES = Path(__file__).resolve().parents[2] / "deployments" / "suites"
 NAMES = ("barrier", "kv_budget", "rate_sweep", "request_limit")

@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 from maserve_prefect.cli import run_cmd, trace_cmd
 from maserve_prefect.trace.bundle import import_bundle
 from maserve_prefect.trace.cas import MemoryStore
-from maserve_prefect.trace.ledger import Ledger, RunStatus
+from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import Manifest
+from maserve_prefect.trace.runs import RunStatus
 
 
 def make_app() -> typer.Typer:

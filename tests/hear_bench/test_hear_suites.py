@@ -11,17 +11,12 @@ from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear.modemap import ModeMap
 from maserve_prefect.hear.policies import RoleModeSelection, SessionRetention
 from maserve_prefect.hear_bench import adapters, tables
-from maserve_prefect.hear_bench.adapters import (
-    Arm,
-    RetentionHook,
-    make_pool,
-    parse_arm,
-    run_arm,
-)
+from maserve_prefect.hear_bench.adapters import RetentionHook
+from maserve_prefect.hear_bench.arms import Arm, make_pool, parse_arm, run_arm
 from maserve_prefect.hear_bench.mooncake_suite import run_mooncake
 from maserve_prefect.hear_bench.scbench_suite import run_scbench
+from maserve_prefect.workloads.replay_results import TurnResult
 from maserve_prefect.workloads.scbench import generate_scbench
-from maserve_prefect.workloads.session_replay import TurnResult
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
 
 

@@ -13,7 +13,8 @@ from maserve_prefect.engine.sim.replica import SimReplica
 from maserve_prefect.engine.sim.step_time import make_step_model
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear_bench import pool_sizing
-from maserve_prefect.hear_bench.adapters import merged_residency, parse_arm, run_arm
+from maserve_prefect.hear_bench.adapters import merged_residency
+from maserve_prefect.hear_bench.arms import parse_arm, run_arm
 from maserve_prefect.hear_bench.mooncake_suite import mooncake_pool_size
 from maserve_prefect.hear_bench.pool_sizing import SizingRule, size_pool
 from maserve_prefect.hear_bench.tables import arm_row

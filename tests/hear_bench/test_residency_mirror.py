@@ -13,7 +13,8 @@ from maserve_prefect.engine.sim.step_time import make_step_model
 from maserve_prefect.hear.controls import Tier
 from maserve_prefect.hear.state import ResidencyView
 from maserve_prefect.hear_bench import residency_mirror
-from maserve_prefect.hear_bench.adapters import PolicyOrder, merged_residency, parse_arm
+from maserve_prefect.hear_bench.adapters import PolicyOrder, merged_residency
+from maserve_prefect.hear_bench.arms import parse_arm
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.session_replay import replay_sessions
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from maserve_prefect.metrics.replay_metrics import scenario_metrics
 from maserve_prefect.metrics.replay_report import (
     PLOT_FILES,
     metric_tables,
     report_scenario,
-    scenario_metrics,
     write_plots,
 )
 from maserve_prefect.replay.arms import ScenarioResult, run_scenario

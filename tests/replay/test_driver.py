@@ -11,9 +11,9 @@ from maserve_prefect.engine.protocol import Capabilities
 from maserve_prefect.errors import ConfigError, IllegalReleaseError, UnsupportedError
 from maserve_prefect.replay.driver import replay_trace
 from maserve_prefect.replay.work import InputLock, check_capabilities
+from maserve_prefect.trace.barrier import StageBarrier
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpKind, Trace
-from maserve_prefect.trace.release import StageBarrier
 from maserve_prefect.trace.validate import validate_trace
 
 Loaded = tuple[Trace, BlobStore]

@@ -11,8 +11,8 @@ from maserve_prefect.errors import ConfigError, IllegalReleaseError
 from maserve_prefect.replay.arms import arm_pool_file, run_scenario
 from maserve_prefect.replay.scenario import DEFAULT_WALL_TIMEOUT_S, load_scenario, parse_scenario
 from maserve_prefect.replay.traceset import place_slots
+from maserve_prefect.trace.barrier import BarrierEdge, PerRootEdge
 from maserve_prefect.trace.cas import MemoryStore
-from maserve_prefect.trace.release import BarrierEdge, PerRootEdge
 
 TOY = {"tgt": (make_trace(2, workflow="toy"), MemoryStore())}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from maserve_prefect.engine.sim.device import Deployment
-from maserve_prefect.runtime.constructor import fusible_chains
+from maserve_prefect.runtime.fusion import fusible_chains
 from maserve_prefect.runtime.plans import Decisions, get_plan
 from maserve_prefect.runtime.pool_snapshot import PoolSnapshot
 from maserve_prefect.runtime.pool_state import (

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.runtime.constructor import fusible_chains
+from maserve_prefect.runtime.fusion import fusible_chains
 from maserve_prefect.runtime.plans import Decisions, Snapshot, Unit, get_plan
 from maserve_prefect.runtime.pool_snapshot import PlanOptions, PoolSnapshot
 from maserve_prefect.runtime.pool_state import (

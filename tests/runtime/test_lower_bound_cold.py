@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from maserve_prefect.engine.catalog import get_gpu
 from maserve_prefect.engine.sim.device import Deployment
 from maserve_prefect.runtime.lower_bound import load_time_s, lower_bound, op_floor_s
-from maserve_prefect.runtime.pool_exec import Workflow, run_pool
+from maserve_prefect.runtime.pool_exec import run_pool
+from maserve_prefect.runtime.pool_inputs import Workflow
 from maserve_prefect.runtime.pool_state import deployment_info
 from maserve_prefect.runtime.window import WorkUnit
 

@@ -18,8 +18,10 @@ from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.plans import Unit
 from maserve_prefect.runtime.pool_control import DEFAULT_OUTPUT_LIMIT, PoolController
 from maserve_prefect.runtime.pool_dispatch import sim_pool_dispatcher
-from maserve_prefect.runtime.pool_exec import ExecOptions, PoolRunResult, Workflow, run_pool
+from maserve_prefect.runtime.pool_exec import run_pool
 from maserve_prefect.runtime.pool_handle import SimPoolHandle
+from maserve_prefect.runtime.pool_inputs import ExecOptions, Workflow
+from maserve_prefect.runtime.pool_results import PoolRunResult
 from maserve_prefect.runtime.pool_state import RooflineCostModel
 from maserve_prefect.runtime.poolfile import default_pool_file
 from maserve_prefect.runtime.window import WorkUnit

@@ -11,7 +11,9 @@ from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.runtime.joint_plan import JointPlan
 from maserve_prefect.runtime.lower_bound import lower_bound, op_floor_s
 from maserve_prefect.runtime.plans import Decisions, Snapshot, Unload
-from maserve_prefect.runtime.pool_exec import ExecOptions, PoolRunResult, Workflow, run_pool
+from maserve_prefect.runtime.pool_exec import run_pool
+from maserve_prefect.runtime.pool_inputs import ExecOptions, Workflow
+from maserve_prefect.runtime.pool_results import PoolRunResult
 from maserve_prefect.runtime.pool_state import RooflineCostModel
 from maserve_prefect.runtime.window import WorkUnit
 

@@ -27,7 +27,9 @@ from maserve_prefect.replay.work import InputLock, model_request
 from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.pool_control import PoolController
 from maserve_prefect.runtime.pool_dispatch import sim_pool_dispatcher
-from maserve_prefect.runtime.pool_exec import ExecOptions, PoolRunResult, Workflow, run_pool
+from maserve_prefect.runtime.pool_exec import run_pool
+from maserve_prefect.runtime.pool_inputs import ExecOptions, Workflow
+from maserve_prefect.runtime.pool_results import PoolRunResult
 from maserve_prefect.runtime.pool_state import RooflineCostModel
 from maserve_prefect.runtime.poolfile import Placement, PoolFile, default_pool_file
 from maserve_prefect.runtime.window import WorkUnit

@@ -12,13 +12,9 @@ from maserve_prefect.engine.sim.pool import Deployment, SimPool
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.hear.views import WaitingRequest
 from maserve_prefect.workloads import session_replay
+from maserve_prefect.workloads.replay_results import TurnResult
 from maserve_prefect.workloads.scbench import generate_scbench
-from maserve_prefect.workloads.session_replay import (
-    QueuedTurn,
-    TurnResult,
-    fcfs_order,
-    replay_sessions,
-)
+from maserve_prefect.workloads.session_replay import QueuedTurn, fcfs_order, replay_sessions
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
 
 DEP = "q"
