@@ -24,6 +24,8 @@ from maserve_prefect.engine.protocol import (
     Request,
 )
 from maserve_prefect.errors import ConfigError, EngineError
+from maserve_prefect.hear.controls import CachePrepare, CacheRetain
+from maserve_prefect.hear.subjects import ContextRef
 from maserve_prefect.runtime.wallgate import WallGate
 
 FAST = RetryPolicy(max_attempts=3, backoff_s=0.01)
@@ -278,6 +280,24 @@ def test_required_priority_on_a_non_priority_server_is_unsupported(stub: StubSer
     assert any("preference Priority" in n for n in out.notes)
     (body,) = stub.streams()  # the unsupported request never reached the server
     assert "priority" not in body
+
+
+def test_hear_controls_outside_a_submission_are_answered_never_applied() -> None:
+    """vLLM's OpenAI side answers retain / prepare "unsupported" and applies nothing; priority
+    outside a submission is refused as request-scoped."""
+    keep = CacheRetain(ContextRef("s1"), (1, 2), 0.5, force=Force.REQUIREMENT)
+    warm = CachePrepare(ContextRef("s1"), (1, 2))
+    with serve(StubConfig(priority_scheduling=True)) as s, make_engine(s) as engine:
+        hc = engine.hear_capabilities()
+        assert hc.cache_controls == frozenset() and Priority in hc.control_types
+        res = engine.control([keep, warm, Priority(1)])
+        assert res.acceptance is Acceptance.UNSUPPORTED and res.honoured == ()
+        assert [type(u.control) for u in res.unsatisfied] == [CacheRetain]
+        assert "CacheRetain is not among" in res.reason
+        assert {type(d.control) for d in res.dropped} == {CachePrepare, Priority}
+        assert any("send it with submit()" in d.reason for d in res.dropped)
+        assert engine.control([warm]).acceptance is Acceptance.ACCEPTED  # dropped, noted
+    assert s.streams() == []  # nothing reached the server
 
 
 def test_priority_is_sent_to_a_priority_server() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import importlib
 from typing import Any
@@ -15,8 +16,17 @@ from maserve_prefect.engine.openai.prompts import (
     resolve_controls,
     synth_token_ids,
 )
-from maserve_prefect.engine.protocol import Control, ExecutionMode, Force, Priority, Request
-from maserve_prefect.errors import ConfigError, UnsupportedError
+from maserve_prefect.engine.protocol import (
+    Capabilities,
+    Control,
+    ExecutionMode,
+    Force,
+    Priority,
+    Request,
+)
+from maserve_prefect.errors import ConfigError, RequestError, UnsupportedError
+from maserve_prefect.hear.controls import CachePrepare, CacheRetain
+from maserve_prefect.hear.subjects import ContextRef
 
 VLLM = ServerFeatures(token_id_prompts=True, length_lock=True, cache_salt=True)
 PLAIN = ServerFeatures(token_id_prompts=True)
@@ -162,27 +172,30 @@ def test_token_prompts_on_a_server_without_them_are_unsupported() -> None:
 # -- resolve_controls -------------------------------------------------------------------------
 
 
+def caps(*types: type[Control], modes: tuple[str, ...] = ("default",)) -> Capabilities:
+    """An OpenAI server's capabilities as `OpenAIEngine.capabilities()` builds them."""
+    return Capabilities(types, True, True, Priority in types, True, False, (), modes)
+
+
 def no_prio(request: Request, controls: list[Control]) -> ControlChoice:
-    return resolve_controls(
-        request, controls, control_types=(ExecutionMode,), modes=("default",), where="e0"
-    )
+    return resolve_controls(request, controls, capabilities=caps(ExecutionMode), where="e0")
 
 
 def prio(request: Request, controls: list[Control]) -> ControlChoice:
     return resolve_controls(
-        request, controls, control_types=(ExecutionMode, Priority), modes=("default",), where="e0"
+        request, controls, capabilities=caps(ExecutionMode, Priority), where="e0"
     )
 
 
 def test_required_priority_on_a_non_priority_server_is_unsupported() -> None:
-    with pytest.raises(UnsupportedError, match="e0 cannot honour required Priority"):
+    with pytest.raises(UnsupportedError, match=r"e0 cannot honour required Priority\(.*value=1\)"):
         no_prio(req(), [Priority(1, force=Force.REQUIREMENT)])
 
 
 def test_preferred_priority_on_a_non_priority_server_is_noted() -> None:
     choice = no_prio(req(), [Priority(1)])
     assert choice.priority is None
-    assert len(choice.notes) == 1 and "preference Priority" in choice.notes[0]
+    assert len(choice.notes) == 1 and "dropped preference Priority" in choice.notes[0]
 
 
 def test_request_priority_counts_as_a_preference() -> None:
@@ -197,13 +210,58 @@ def test_a_priority_control_overrides_the_request_field() -> None:
 
 
 def test_an_allowed_fallback_rescues_a_requirement() -> None:
-    run_anyway = Priority(1, force=Force.REQUIREMENT, fallback=(None,))
-    choice = no_prio(req(), [run_anyway])
-    assert choice.priority is None
-    assert "fell back to running without it" in choice.notes[0]
     mode = ExecutionMode("eager", force=Force.REQUIREMENT, fallback=("turbo", "default"))
     choice = no_prio(req(), [mode])
-    assert choice.mode == "default" and "fell back to ExecutionMode" in choice.notes[0]
+    assert choice.mode == "default" and choice.notes[0].startswith("fallback: ExecutionMode")
+
+
+def test_a_malformed_fallback_is_bad_input_naming_the_entry() -> None:
+    # "Run without it" is said with a preference, not a None fallback (HEAR's protocol).
+    with pytest.raises(RequestError, match="fallback entry None"):
+        prio(req(), [Priority(1, force=Force.REQUIREMENT, fallback=(None,))])
+
+
+@pytest.mark.parametrize("order", ["requirement first", "preference first"])
+def test_a_preference_never_overrides_a_requirement(order: str) -> None:
+    need, want = Priority(1, force=Force.REQUIREMENT), Priority(9)
+    controls: list[Control] = [need, want] if order == "requirement first" else [want, need]
+    choice = prio(req(), controls)
+    assert choice.priority == 1
+    assert (
+        len(choice.notes) == 1
+        and "dropped preference Priority(" in choice.notes[0]
+        and "value=9" in choice.notes[0]
+    )
+    need_mode = ExecutionMode("eager", force=Force.REQUIREMENT)
+    want_mode = ExecutionMode("default")
+    modes: list[Control] = (
+        [need_mode, want_mode] if order == "requirement first" else [want_mode, need_mode]
+    )
+    two = resolve_controls(
+        req(), modes, capabilities=caps(ExecutionMode, modes=("default", "eager")), where="e0"
+    )
+    assert two.mode == "eager" and "dropped preference ExecutionMode" in two.notes[0]
+
+
+def test_conflicting_requirements_are_unsupported_not_merged() -> None:
+    both = [Priority(1, force=Force.REQUIREMENT), Priority(2, force=Force.REQUIREMENT)]
+    with pytest.raises(UnsupportedError, match="conflicts with requirement Priority"):
+        prio(req(), both)
+
+
+def test_cache_controls_are_unsupported_on_an_openai_server() -> None:
+    """vLLM's OpenAI server has no retain / prepare: required ones are unsupported, preferred
+    ones are dropped with the reason."""
+    keep = CacheRetain(ContextRef("s1"), (1, 2), 0.5)
+    warm = CachePrepare(ContextRef("s1"), (1, 2))
+    for c in (keep, warm):
+        required = dataclasses.replace(c, force=Force.REQUIREMENT)
+        with pytest.raises(UnsupportedError, match=f"required {type(c).__name__}.*not among"):
+            prio(req(), [required])
+        choice = prio(req(), [c])
+        assert (
+            choice.priority is None and "not among the engine's control types" in (choice.notes[0])
+        )
 
 
 def test_a_fallback_that_also_fails_leaves_the_requirement_unsupported() -> None:

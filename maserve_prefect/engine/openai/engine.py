@@ -59,6 +59,7 @@ from maserve_prefect.engine.protocol import (
     Control,
     EngineState,
     ExecutionMode,
+    Force,
     Intent,
     Outcome,
     OutcomeStatus,
@@ -67,6 +68,8 @@ from maserve_prefect.engine.protocol import (
     Ticket,
 )
 from maserve_prefect.errors import ConfigError, EngineError, UnsupportedError
+from maserve_prefect.hear.capabilities import HearCapabilities
+from maserve_prefect.hear.force import Dropped, Resolution, Unsatisfied, resolve
 
 __all__ = ["OpenAIEngine"]
 
@@ -345,6 +348,39 @@ class OpenAIEngine:
             modes=("default",),
         )
 
+    def hear_capabilities(self) -> HearCapabilities:
+        """HEAR's view of the server: priority (when it schedules by priority) and its modes
+        for a submission; no cache controls (vLLM's OpenAI server has no retain, prepare or
+        release); residency on the GPU tier through its KV events."""
+        return HearCapabilities.from_engine(self.capabilities(), cache_controls=())
+
+    def control(self, controls: Sequence[Control]) -> Resolution:
+        """Controls outside a submission, answered by HEAR's force rules and applied never: the
+        server has no cache controls, and priority and mode apply to one request (send them
+        with `submit`). A required one is unsatisfied (the answer is UNSUPPORTED, naming it); a
+        preferred one is dropped with its reason.
+
+        Examples:
+            >>> from maserve_prefect.hear.force import resolve
+            >>> from maserve_prefect.engine.protocol import Capabilities, Force
+            >>> from maserve_prefect.hear.controls import CacheRetain
+            >>> from maserve_prefect.hear.subjects import ContextRef
+            >>> keep = CacheRetain(ContextRef("s"), (1,), 0.5, force=Force.REQUIREMENT)
+            >>> caps = Capabilities((ExecutionMode,), True, True, False, True, True, (),
+            ...                     ("default",))
+            >>> resolve([keep], caps).acceptance.value  # what `control` answers for vLLM
+            'unsupported'
+        """
+        res = resolve(controls, self.hear_capabilities())
+        unsatisfied, dropped = list(res.unsatisfied), list(res.dropped)
+        for c in res.honoured:  # only request-scoped controls can be honoured here
+            why = "it applies to one request; send it with submit()"
+            if c.force is Force.REQUIREMENT:
+                unsatisfied.append(Unsatisfied(c, why))
+            else:
+                dropped.append(Dropped(c, why))
+        return Resolution((), (), tuple(dropped), tuple(unsatisfied))
+
     def submit(self, request: Request, controls: Sequence[Control] = ()) -> Ticket:
         """Answer at once: ACCEPTED (the call starts on the loop), REJECTED or UNSUPPORTED.
 
@@ -369,13 +405,7 @@ class OpenAIEngine:
             )
         caps = self.capabilities()
         try:
-            choice = resolve_controls(
-                request,
-                controls,
-                control_types=caps.control_types,
-                modes=caps.modes,
-                where=self.name,
-            )
+            choice = resolve_controls(request, controls, capabilities=caps, where=self.name)
             features = ServerFeatures(
                 token_id_prompts=info.token_id_prompts,
                 length_lock=info.length_lock,

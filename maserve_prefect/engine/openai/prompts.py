@@ -1,7 +1,8 @@
 """How an engine `Request` and its controls become one OpenAI-compatible streaming call.
 
-Pure functions, no I/O: `resolve_controls` decides which controls the server honours (a
-requirement it cannot honour raises `UnsupportedError`, an unhonoured preference becomes a note),
+Pure functions, no I/O: `resolve_controls` decides which controls the server honours by HEAR's
+force rules (a requirement it cannot honour raises `UnsupportedError`, an unhonoured preference
+becomes a note),
 `build_call` picks the endpoint and the body, and `synth_token_ids` makes a deterministic prompt
 for requests that carry only a length (and maybe prefix block hashes, as Mooncake traces do).
 
@@ -27,13 +28,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from maserve_prefect.engine.protocol import Control, ExecutionMode, Force, Priority, Request
+from maserve_prefect.engine.protocol import Capabilities, Control, Priority, Request
 from maserve_prefect.errors import ConfigError, UnsupportedError
+from maserve_prefect.hear.force import resolve
 
 DEFAULT_VOCAB_SIZE = 256
 """Token ids are drawn below this unless the caller knows the model's vocabulary (safe for tiny
@@ -134,101 +136,59 @@ class ControlChoice:
     notes: tuple[str, ...]
 
 
-@dataclass(slots=True)
-class _Resolver:
-    control_types: tuple[type[Control], ...]
-    modes: tuple[str, ...]
-    priority: int | None = None
-    mode: str = ""
-    notes: list[str] = field(default_factory=list)
-
-    def why_not(self, c: Control) -> str | None:
-        """None when `c` can be honoured; otherwise the reason it cannot."""
-        if not isinstance(c, self.control_types):
-            return f"{type(c).__name__} is not among the server's controls"
-        if isinstance(c, ExecutionMode) and c.mode not in self.modes:
-            return f"mode {c.mode!r} is not one of {list(self.modes)}"
-        return None
-
-    def apply(self, c: Control) -> None:
-        if isinstance(c, Priority):
-            self.priority = c.value
-        elif isinstance(c, ExecutionMode):
-            self.mode = c.mode
-
-    def fallback(self, c: Control) -> str | None:
-        """Apply the first allowed fallback that works; its description, or None if none does.
-
-        A fallback item is another `Control`, a mode name (for `ExecutionMode`), or `None`
-        (the caller allows running without the control).
-        """
-        for item in c.fallback:
-            if item is None:
-                return "running without it"
-            alt = (
-                ExecutionMode(item)
-                if isinstance(c, ExecutionMode) and isinstance(item, str)
-                else item
-            )
-            if isinstance(alt, Control) and self.why_not(alt) is None:
-                self.apply(alt)
-                return repr(alt)
-        return None
-
-
 def resolve_controls(
     request: Request,
     controls: Sequence[Control],
     *,
-    control_types: tuple[type[Control], ...],
-    modes: tuple[str, ...],
+    capabilities: Capabilities,
     where: str,
 ) -> ControlChoice:
     """Decide which controls an engine honours; `request.priority != 0` is a priority preference.
 
+    The force rules are HEAR's, applied by `hear.force.resolve` (the same function the simulator
+    uses): requirements claim their slots first, so a preference never overrides a requirement,
+    whatever the order of `controls`; a requirement the server cannot honour uses the first
+    allowed fallback that works, or the call is unsupported.
+
     Args:
         request: the request (its `priority` field counts as a preference).
         controls: typed controls with their force and allowed fallbacks.
-        control_types: the control types the server honours (`Capabilities.control_types`).
-        modes: the execution modes the server runs (the first is the default).
+        capabilities: the server's (`OpenAIEngine.capabilities()`); its first mode is the default.
         where: names the engine in messages.
 
     Raises:
         UnsupportedError: a requirement cannot be honoured and no allowed fallback works.
+        RequestError: a control's fallback entry is neither a control nor (for `ExecutionMode`)
+            a mode name.
 
     Examples:
+        >>> from maserve_prefect.engine.protocol import ExecutionMode, Force
+        >>> caps = Capabilities((ExecutionMode, Priority), True, True, True, True, False, (),
+        ...                     ("default",))
         >>> req = Request("r", "m", num_prompt_tokens=4, priority=2)
-        >>> resolve_controls(req, [], control_types=(Priority,), modes=("default",),
-        ...                  where="e").priority
+        >>> resolve_controls(req, [], capabilities=caps, where="e").priority
         2
-        >>> resolve_controls(req, [], control_types=(), modes=("default",), where="e").notes
-        ('preference request.priority=2 not honoured: e does not schedule by priority; ignored',)
+        >>> resolve_controls(req, [Priority(9), Priority(1, force=Force.REQUIREMENT)],
+        ...                  capabilities=caps, where="e").priority
+        1
     """
-    r = _Resolver(control_types, modes, mode=modes[0])
+    res = resolve(controls, capabilities)
+    if res.unsatisfied:
+        raise UnsupportedError(
+            f"{where} cannot honour {res.reason}; relax it to a preference or allow a fallback"
+        )
+    notes = list(res.notes())
+    honoured = res.honoured_of(Priority)
+    priority = honoured[0].value if honoured else None
     if request.priority != 0 and not any(isinstance(c, Priority) for c in controls):
-        if Priority in control_types:
-            r.priority = request.priority
+        if Priority in capabilities.control_types and capabilities.priority_scheduling:
+            priority = request.priority
         else:
-            r.notes.append(
+            notes.append(
                 f"preference request.priority={request.priority} not honoured: {where} does "
                 "not schedule by priority; ignored"
             )
-    for c in controls:
-        why = r.why_not(c)
-        if why is None:
-            r.apply(c)
-            continue
-        used = r.fallback(c)
-        if used is not None:
-            r.notes.append(f"{c!r} cannot be honoured ({why}); fell back to {used}")
-        elif c.force is Force.REQUIREMENT:
-            raise UnsupportedError(
-                f"{where} cannot honour required {c!r}: {why}; relax it to a preference or "
-                "allow a fallback"
-            )
-        else:
-            r.notes.append(f"preference {c!r} not honoured: {why}; ignored")
-    return ControlChoice(r.priority, r.mode, tuple(r.notes))
+    return ControlChoice(priority, res.realized_mode(capabilities.modes[0]), tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------
