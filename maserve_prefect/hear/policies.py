@@ -24,8 +24,11 @@ Controls:
 - `SessionRetention` — retention priority = P(next turn | turns so far) × 0.5^(idle / half-life).
   The continuation estimate comes from *ended* sessions only (an open session's final length is
   unknown; counting it would bias the estimate toward short sessions). Open sessions at or above
-  `release_below` get `CacheRetain` (with that priority); ended ones and those below get
-  `CacheRelease` — input for the engine's eviction hook.
+  `release_below` get `CacheRetain`; ended ones and those below get `CacheRelease` — input for
+  the engine's eviction hook. The retain carries `eviction_key`, log2 P(next) + last active /
+  half-life: the decay shrinks every session's priority by the same factor as time passes, so
+  this key orders sessions exactly as their decayed priorities do at any later instant, and the
+  engine (which only compares keys) evicts by the decayed priority without being re-sent.
 - `RoleModeSelection` — looks up a frozen, versioned `ModeMap` per request; `modemap.ModeLedger`
   records requested vs realized mode and fallbacks from outcomes.
 
@@ -42,6 +45,7 @@ Examples:
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -311,6 +315,24 @@ class SessionRetention:
         decay = 0.5 ** (session.idle_s(now_s) / self.half_life_s)
         return estimator.p_next(session.num_turns) * decay
 
+    def eviction_key(self, session: SessionView, estimator: ContinuationEstimator) -> float:
+        """log2 of the retention priority at any time t, plus t / half-life: a key that does
+        not change as the session idles, ordered as the decayed priorities (module docstring).
+
+        Examples:
+            >>> from maserve_prefect.hear.subjects import ContextRef
+            >>> pol, est = SessionRetention(half_life_s=60.0), ContinuationEstimator((2, 5, 9))
+            >>> a = SessionView("a", ContextRef("a"), (1,), 1, last_active_s=0.0)
+            >>> b = SessionView("b", ContextRef("b"), (2,), 4, last_active_s=100.0)
+            >>> pol.retention_priority(a, est, 130.0) > pol.retention_priority(b, est, 130.0)
+            False
+            >>> pol.eviction_key(a, est) > pol.eviction_key(b, est)
+            False
+        """
+        return math.log2(estimator.p_next(session.num_turns)) + (
+            session.last_active_s / self.half_life_s
+        )
+
     def controls(
         self,
         sessions: Sequence[SessionView],
@@ -338,7 +360,10 @@ class SessionRetention:
             if s.ended or p < self.release_below or not s.block_hashes:
                 drop.append(CacheRelease(s.context, s.block_hashes, force=self.force))
             else:
-                retain = CacheRetain(s.context, s.block_hashes, p, tier=self.tier, force=self.force)
+                key = self.eviction_key(s, est)
+                retain = CacheRetain(
+                    s.context, s.block_hashes, key, tier=self.tier, force=self.force
+                )
                 keep.append((-p, s.session_id, retain))
         return [c for _, _, c in sorted(keep, key=lambda t: t[:2])] + drop
 

@@ -154,6 +154,29 @@ def test_retention_priority_decays_with_idle_time_by_the_half_life() -> None:
     assert p90 == pytest.approx(p0 / 8)
 
 
+def test_retains_sent_at_different_times_order_as_the_decayed_priorities_do() -> None:
+    """The engine compares retains' keys only and is not re-sent them as sessions idle: a
+    session retained long ago with a high continuation estimate must still lose to one retained
+    recently with a lower estimate once its decay says so (and win before that)."""
+    policy = SessionRetention(half_life_s=30.0, release_below=0.0)
+    est = ContinuationEstimator.from_sessions(ENDED)
+    likely = session("likely", 1, ended=False, last_active_s=0.0, blocks=(1,))
+    unlikely = session("unlikely", 3, ended=False, last_active_s=20.0, blocks=(2,))
+    assert est.p_next(1) > est.p_next(3)  # the undecayed order says "likely" is kept
+    (keep_likely,) = policy.controls([likely], now_s=0.0, estimator=est)
+    (keep_unlikely,) = policy.controls([unlikely], now_s=20.0, estimator=est)
+    assert isinstance(keep_likely, CacheRetain) and isinstance(keep_unlikely, CacheRetain)
+    likely_kept = keep_likely.retention_priority > keep_unlikely.retention_priority
+    for t in (20.0, 25.0, 40.0, 100.0, 1000.0):
+        decayed = policy.retention_priority(likely, est, t) > policy.retention_priority(
+            unlikely, est, t
+        )
+        assert likely_kept == decayed, t
+    assert not likely_kept  # and here decay has already turned the order by t = 20 s
+    early = session("likely", 1, ended=False, last_active_s=15.0, blocks=(1,))
+    assert policy.eviction_key(early, est) > keep_unlikely.retention_priority
+
+
 def test_session_retention_retains_open_and_releases_ended_and_stale() -> None:
     policy = SessionRetention(half_life_s=10.0, release_below=0.05)
     fresh = session("fresh", 1, ended=False, last_active_s=95.0, blocks=(1, 2))
