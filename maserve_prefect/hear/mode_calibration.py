@@ -4,7 +4,11 @@ One idea: a faster mode is only worth using when it is also good enough and depe
 role, every candidate mode runs `stability_runs` times on the development workload (`run_fn`);
 `quality_fn` scores each run in [0, 1]. A candidate passes the *quality* check when every run
 scores at least `min_quality`, and the *stability* check when its scores vary by at most
-`max_quality_spread` and its makespans by at most `max_makespan_cv` (coefficient of variation).
+`max_quality_spread` and its makespan *relative to the role's first candidate* (its reference,
+e.g. the dense mode) varies by at most `max_makespan_cv` (coefficient of variation of the per-run
+ratio). Run `i` of every candidate uses the same development set, so the ratio cancels what
+differs between development sets (their sizes and lengths) and leaves how dependably the mode
+changes the makespan; the reference itself has ratio 1.
 Passing candidates are ranked by median development makespan (ties: mode name); the best per
 role goes into a frozen, versioned `ModeMap`. Everything is pure except the final write, which is
 atomic (`ModeMap.save`).
@@ -93,7 +97,8 @@ def calibrate(
         version: the mapping's version label.
         min_quality: the lowest acceptable score of any run (default: every check passes).
         max_quality_spread: the largest allowed max - min score over the runs.
-        max_makespan_cv: the largest allowed makespan standard deviation / mean.
+        max_makespan_cv: the largest allowed standard deviation / mean of the per-run makespan
+            ratio to the role's first candidate (module docstring).
         default: the mapping's mode for roles it does not list.
         path: where to write the frozen mapping (atomically); None writes nothing.
 
@@ -109,8 +114,10 @@ def calibrate(
         modes = list(dict.fromkeys(candidates[role]))
         if not modes:
             raise ConfigError(f"calibrate: role {role!r} has no candidate modes")
+        runs = {mode: [run_fn(role, mode, i) for i in range(stability_runs)] for mode in modes}
+        reference = tuple(float(r.makespan_s) for r in runs[modes[0]])
         role_reports = [
-            _evaluate(role, mode, run_fn, quality_fn, stability_runs, min_quality,
+            _evaluate(role, mode, runs[mode], reference, quality_fn, min_quality,
                       max_quality_spread, max_makespan_cv)
             for mode in modes
         ]  # fmt: skip
@@ -137,21 +144,25 @@ def calibrate(
 def _evaluate(
     role: str,
     mode: str,
-    run_fn: RunFn,
+    runs: Sequence[DevRun],
+    reference_s: Sequence[float],
     quality_fn: QualityFn,
-    num_runs: int,
     min_quality: float,
     max_quality_spread: float,
     max_makespan_cv: float,
 ) -> CandidateReport:
-    runs = [run_fn(role, mode, i) for i in range(num_runs)]
     qualities = tuple(float(quality_fn(role, mode, r)) for r in runs)
     for q in qualities:
         if not 0.0 <= q <= 1.0:
             raise ConfigError(f"calibrate: quality_fn gave {q} for {role!r}/{mode!r}; need [0, 1]")
     makespans = tuple(float(r.makespan_s) for r in runs)
-    mean = statistics.fmean(makespans)
-    cv = statistics.pstdev(makespans) / mean if mean > 0 else float("inf")
+    if any(not m > 0 for m in (*makespans, *reference_s)):
+        raise ConfigError(
+            f"calibrate: {role!r}/{mode!r} or its reference mode ran with a makespan <= 0; "
+            "run_fn must return the development run's makespan in seconds"
+        )
+    ratios = [m / ref for m, ref in zip(makespans, reference_s, strict=True)]
+    cv = statistics.pstdev(ratios) / statistics.fmean(ratios)
     return CandidateReport(
         role,
         mode,

@@ -73,7 +73,11 @@ class Realization:
 
 @dataclass(frozen=True, slots=True)
 class CacheReuse:
-    """Prompt tokens served from cache, split by tier (GPU hits vs CPU-host reloads)."""
+    """Prompt tokens served from cache, split by tier (GPU hits vs CPU-host reloads).
+
+    `num_cached_cpu_tokens` is the part of `num_cached_tokens` loaded back from a host (CPU) KV
+    tier (the seam's `Outcome.num_cached_host_tokens`); 0 without one.
+    """
 
     num_prompt_tokens: int
     num_cached_tokens: int
@@ -236,7 +240,7 @@ def _completed(subject: RequestRef, out: Outcome, realization: Realization) -> C
     return Completed(
         subject,
         realization,
-        CacheReuse(out.num_prompt_tokens, out.num_cached_tokens),
+        CacheReuse(out.num_prompt_tokens, out.num_cached_tokens, out.num_cached_host_tokens),
         Latency(out.arrival_s, out.first_scheduled_s, out.first_token_s, out.finish_s),
         Resources(out.num_prompt_tokens, out.num_output_tokens, out.num_preemptions),
         out.attempts,
