@@ -44,7 +44,8 @@ __all__ = ["DEFAULT_SUITE", "mooncake_pool_size", "mooncake_workloads", "run_moo
 _ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SUITE = _ROOT / "deployments" / "suites" / "hear_mooncake.yaml"
 COLUMNS = ["load", "policy", "ttft_p50_s", "ttft_p95_s", "session_p50_s", "session_mean_s",
-           "throughput_rps", "reuse", "reuse_host", "host_load_s", "num_completed",
+           "throughput_rps", "makespan_s", "makespan_incl_cp_s", "reuse", "reuse_host", "host_load_s",
+           "num_completed",
            "control_plane_share", "workload_sha256", "paper"]  # fmt: skip
 
 

@@ -156,7 +156,7 @@ def run_role_modes(
         f"sha256 {frozen.content_hash[:12]} = {dict(frozen.modes)} (quality is MODELED)",
         "### Calibration (development sets)\n\n" + markdown(cands),
         "### Evaluation set: mapping vs all-dense\n\n" + markdown(rows, [
-            "mapping", "ttft_p50_s", "ttft_p95_s", "makespan_s", "session_mean_s",
+            "mapping", "ttft_p50_s", "ttft_p95_s", "makespan_s", "makespan_incl_cp_s", "session_mean_s",
             "quality_proxy", "fallbacks", "control_plane_share", "workload_sha256", "paper"]),
         "### Requested vs realized\n\n" + markdown(modes),
         "### Control-plane overhead\n\n" + markdown(overhead_rows(runs)),

@@ -103,6 +103,21 @@ def test_overhead_rows_present(scbench_demo: tables.SuiteReport) -> None:
     assert ca["kv_state_update"] > 0 and ca["scheduling_decision"] > 0
 
 
+def test_control_plane_time_is_included_in_the_end_to_end_time(
+    scbench_demo: tables.SuiteReport,
+) -> None:
+    """Each arm's end-to-end makespan includes the control-plane time its operations measured
+    (the overhead table's per-op totals), and the suite prints that column."""
+    over = scbench_demo.tables["overhead"]
+    for row in scbench_demo.tables["arms"]:
+        measured_ms = sum(r["total_ms"] for r in over if r["policy"] == row["policy"])
+        assert row["control_plane_ms"] == pytest.approx(measured_ms)
+        assert row["makespan_incl_cp_s"] == pytest.approx(row["makespan_s"] + measured_ms / 1e3)
+        if row["policy"] != "fcfs":
+            assert row["makespan_incl_cp_s"] > row["makespan_s"]
+    assert "makespan_incl_cp_s" in scbench_demo.text
+
+
 def test_guard_bounds_the_wait_cache_aware_alone_does_not(
     scbench_demo: tables.SuiteReport,
 ) -> None:
