@@ -6,6 +6,13 @@ holds up another) and the join rule picks which branches' outputs flow on; `Choi
 `Repeat ... until` block on the artifact field they test — the only places a composition waits.
 Repeated stages get instance ids `name#i`, so every iteration is its own stage instance.
 
+Every decision orders the ops it released after the op(s) whose results decided it (control
+edges, through the environment's gates; see `flows.env`): a choice's branch after the op its
+predicate read; a repeat's next iteration after the op its until-condition read, and once the
+condition holds, everything after the repeat; after an any / k-of-n join, everything that follows
+after the branch outputs that completed the join. A repeat that runs out of iterations and an
+`all` join decide nothing.
+
 Without a composition, stages run by their dependencies: level by level in topological order,
 stages of one level in parallel.
 """
@@ -38,16 +45,20 @@ def _stage_id(name: str, iteration: int) -> str:
     return f"{name}#{iteration}" if iteration else name
 
 
-def _field(env: RootEnv, path: str) -> object:
+def _read(env: RootEnv, path: str) -> tuple[object, tuple[Future, ...]]:
+    """The value at `artifact.field` and the future of the op that produced it (none for an
+    input artifact or one not produced yet)."""
     art_name, _, field = path.partition(".")
     value = env.artifacts.get(art_name)
     if value is None:
-        return None
-    return resolve(value).field(field)
+        return None, ()
+    deciders: tuple[Future, ...] = () if isinstance(value, Artifact) else (value,)
+    return resolve(value).field(field), deciders
 
 
-def _holds(env: RootEnv, cond: Condition) -> bool:
-    return str(_field(env, cond.on)) == cond.equals
+def _holds(env: RootEnv, cond: Condition) -> tuple[bool, tuple[Future, ...]]:
+    value, deciders = _read(env, cond.on)
+    return str(value) == cond.equals, deciders
 
 
 def run_node(env: RootEnv, node: Node, iteration: int = 0) -> None:
@@ -58,17 +69,16 @@ def run_node(env: RootEnv, node: Node, iteration: int = 0) -> None:
         for step in node.steps:
             run_node(env, step, iteration)
     elif isinstance(node, Choice):
-        value = str(_field(env, node.on))
-        chosen = node.cases.get(value, node.default)
+        value, deciders = _read(env, node.on)
+        chosen = node.cases.get(str(value), node.default)
         if chosen is not None:
+            gate = env.open_gate(deciders)
             run_node(env, chosen, iteration)
+            env.close_gate(gate)
     elif isinstance(node, Parallel):
         _run_parallel(env, node, iteration)
     elif isinstance(node, Repeat):
-        for i in range(node.max_iterations):
-            run_node(env, node.body, iteration * node.max_iterations + i)
-            if node.until is not None and _holds(env, node.until):
-                break
+        _run_repeat(env, node, iteration)
     elif isinstance(node, Handoff):
         source = env.spec.stage(node.source)
         if _stage_id(node.source, iteration) not in env.done_stages:
@@ -87,6 +97,22 @@ def run_node(env: RootEnv, node: Node, iteration: int = 0) -> None:
         run_stage(env, target, _stage_id(node.target, iteration), iteration)
     else:  # pragma: no cover - the spec's union is closed
         raise TypeError(f"unknown composition node {node!r}")
+
+
+def _run_repeat(env: RootEnv, node: Repeat, iteration: int) -> None:
+    """The body up to `max_iterations` times; each iteration after the first is gated on the
+    op the until-condition read, and once it holds the rest of the root is."""
+    previous: tuple[Future, ...] = ()
+    for i in range(node.max_iterations):
+        gate = env.open_gate(previous)
+        run_node(env, node.body, iteration * node.max_iterations + i)
+        env.close_gate(gate)
+        if node.until is None:
+            continue
+        held, previous = _holds(env, node.until)
+        if held:
+            env.open_gate(previous)  # closed with the root: everything after the repeat
+            break
 
 
 def _run_parallel(env: RootEnv, node: Parallel, iteration: int) -> None:
@@ -109,8 +135,11 @@ def _run_parallel(env: RootEnv, node: Parallel, iteration: int) -> None:
             if futs:
                 finals.append(futs[-1])
                 index.append(i)
-        keep = {index[i] for i in first_k(finals, min(need, len(finals)))} if finals else set()
+        firsts = first_k(finals, min(need, len(finals))) if finals else []
+        keep = {index[i] for i in firsts}
         produced = [p if i in keep else {} for i, p in enumerate(produced)]
+        # closed with the root: everything after the join waits for the outputs that made it
+        env.open_gate([finals[i] for i in sorted(firsts)])
     for e, outs in zip(branch_envs, produced, strict=True):
         env.artifacts.update(outs)
         env.histories.update(e.histories)
@@ -128,6 +157,8 @@ def _fork(env: RootEnv) -> RootEnv:
         artifacts=dict(env.artifacts),
         histories={k: list(v) for k, v in env.histories.items()},
         done_stages=set(env.done_stages),
+        gates=list(env.gates),
+        lineage=env.lineage,
     )
 
 

@@ -6,11 +6,19 @@ task instance, the deployment each role runs on, and the produced artifacts by n
 role), so every op gets its hierarchical id and the runner sees futures as data edges. Template
 code only ever *submits*; it blocks (`future.result()`) only where a control decision needs an
 output — the lockstep gate makes that safe in virtual time.
+
+Composition decisions become control edges through `Gate`s: a decision (a choice's predicate, a
+repeat's until-condition, an any / k-of-n join) opens a gate on the op(s) whose results decided
+it, and every op submitted while the gate is open (`env.call`, `env.submit`) that does not
+already descend from them gets them as `wait_for` — CONTROL edges in the Semantic Trace. Ops that
+reach a decider through their own data (or earlier control) edges get none, so the edge set is
+the minimal one that orders every released op after its decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +33,7 @@ from maserve_prefect.tasks import (
 from prefect.futures import PrefectFuture
 
 from maserve_prefect.runtime.oprun import scope
+from maserve_prefect.runtime.opsubmit import futures_in
 from maserve_prefect.spec.binding import TaskBinding, TaskInstance
 from maserve_prefect.spec.memory import MemoryNamespace, MemoryScope
 from maserve_prefect.spec.rules import HistoryMode
@@ -32,6 +41,76 @@ from maserve_prefect.spec.stages import Stage
 from maserve_prefect.spec.workload import WorkloadSpec
 
 Future = PrefectFuture[Artifact]
+
+
+class Lineage:
+    """Which submitted op feeds which in one root (data and control), as its flow submitted them.
+
+    Shared by a root's environment and its parallel branches' forks; a decision reads it to
+    find the ops that already descend from the op(s) that decided.
+    """
+
+    __slots__ = ("_down", "_lock")
+
+    def __init__(self) -> None:
+        # id(upstream) → (upstream, the futures submitted with it as a dependency); the upstream
+        # future is kept so its id is never reused while the root runs
+        self._down: dict[int, tuple[PrefectFuture[Any], list[Future]]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, upstream: Iterable[PrefectFuture[Any]], future: Future) -> None:
+        """Record that `future`'s op was submitted depending on `upstream`."""
+        with self._lock:
+            for u in upstream:
+                self._down.setdefault(id(u), (u, []))[1].append(future)
+
+    def descendants(self, roots: Sequence[Future]) -> list[Future]:
+        """`roots` and every future submitted so far that depends on one of them."""
+        with self._lock:
+            seen = {id(f) for f in roots}
+            found = list(roots)
+            stack = list(roots)
+            while stack:
+                entry = self._down.get(id(stack.pop()))
+                for d in entry[1] if entry is not None else ():
+                    if id(d) not in seen:
+                        seen.add(id(d))
+                        found.append(d)
+                        stack.append(d)
+            return found
+
+
+class Gate:
+    """A composition decision's hold on the ops it released.
+
+    `deciders` are the futures of the op(s) whose results decided; the gate knows every future
+    that descends from them (those submitted before it opened, from the root's `Lineage`, then
+    each op submitted while it is open). An op with such a future upstream already runs after
+    the decision; any other op gets the deciders as control edges.
+
+    Examples:
+        >>> g = Gate((), reached=())
+        >>> g.deciders, g.covers([])
+        ((), False)
+    """
+
+    __slots__ = ("_lock", "_reached", "deciders")
+
+    def __init__(self, deciders: Sequence[Future], *, reached: Iterable[Future]) -> None:
+        self.deciders: tuple[Future, ...] = tuple(deciders)
+        # id → future (kept so its id is never reused while the gate is open)
+        self._reached: dict[int, Future] = {id(f): f for f in (*self.deciders, *reached)}
+        self._lock = threading.Lock()  # parallel branches share the gates open when they forked
+
+    def covers(self, upstream: Iterable[PrefectFuture[Any]]) -> bool:
+        """Whether an op with these upstream futures already descends from the deciders."""
+        with self._lock:
+            return any(id(f) in self._reached for f in upstream)
+
+    def reach(self, future: Future) -> None:
+        """Note an op submitted while the gate is open (it now runs after the decision)."""
+        with self._lock:
+            self._reached[id(future)] = future
 
 
 @dataclass(slots=True)
@@ -48,6 +127,9 @@ class RootEnv:
         histories: session id → the session's earlier outputs, in order (futures); a call with
             `history: inherited` replays them as chat turns (each output carries the user turn
             that produced it), and they are data edges of the call.
+        done_stages: stage instance ids that have run.
+        gates: the open composition decisions (module docstring), oldest first.
+        lineage: which op of the root feeds which (shared with the forks of parallel branches).
     """
 
     root_id: str
@@ -59,6 +141,8 @@ class RootEnv:
     artifacts: dict[str, Future | Artifact] = field(default_factory=dict)
     histories: dict[str, list[Future | Artifact]] = field(default_factory=dict)
     done_stages: set[str] = field(default_factory=set)
+    gates: list[Gate] = field(default_factory=list)
+    lineage: Lineage = field(default_factory=Lineage)
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -121,10 +205,11 @@ class RootEnv:
             round=round,
         ):
             memory: list[Future | Artifact] = [
-                state_read.submit(name=ns.name, persistent=ns.scope is MemoryScope.PERSISTENT)
+                self.submit(state_read, name=ns.name, persistent=ns.scope is MemoryScope.PERSISTENT)
                 for ns in readable
             ]
-            fut: Future = model_call.submit(
+            fut: Future = self.submit(
+                model_call,
                 role=role,
                 deployment=(
                     self.deployments.get(deployment, deployment)
@@ -138,14 +223,56 @@ class RootEnv:
                 instruction=instruction,
                 output=output,
                 decision=decision,
-                wait_for=list(wait_for) or None,
+                wait_for=wait_for,
             )
             for ns in writable:
-                state_write.submit(
-                    name=ns.name, value=fut, persistent=ns.scope is MemoryScope.PERSISTENT
+                self.submit(
+                    state_write,
+                    name=ns.name,
+                    value=fut,
+                    persistent=ns.scope is MemoryScope.PERSISTENT,
                 )
         self.histories.setdefault(session_id, []).append(fut)
         return fut
+
+    def submit(self, task: Any, *, wait_for: Sequence[Future] = (), **parameters: Any) -> Future:
+        """Submit `task(**parameters)` in the current scope, ordered after the open decisions.
+
+        Each open gate the op does not already descend from (through the futures in its
+        parameters or `wait_for`) adds its deciders to `wait_for`; the op then reaches every
+        open gate. A future in both the parameters and `wait_for` stays a data edge only.
+        Template code submits every op through here (or `call`).
+        """
+        data = futures_in(parameters)
+        upstream = [*data, *wait_for]
+        # a future already passed as data is an edge already: no control edge along it too
+        control = [f for f in wait_for if all(f is not d for d in data)]
+        for gate in self.gates:
+            if not gate.covers(upstream):
+                control.extend(f for f in gate.deciders if all(f is not c for c in control))
+        fut: Future = task.submit(**parameters, wait_for=control or None)
+        self.lineage.add([*upstream, *control], fut)
+        for gate in self.gates:
+            gate.reach(fut)
+        return fut
+
+    def open_gate(self, deciders: Sequence[Future]) -> Gate | None:
+        """Open a gate on `deciders` (None when no op decided: the value was an input).
+
+        Gates the new one makes redundant — every decider already descends from them — close:
+        an op ordered after the new deciders is ordered after theirs.
+        """
+        if not deciders:
+            return None
+        self.gates = [g for g in self.gates if not all(g.covers([f]) for f in deciders)]
+        gate = Gate(deciders, reached=self.lineage.descendants(deciders))
+        self.gates.append(gate)
+        return gate
+
+    def close_gate(self, gate: Gate | None) -> None:
+        """Close `gate` (a no-op for None or a gate already closed as redundant)."""
+        if gate is not None:
+            self.gates = [g for g in self.gates if g is not gate]
 
     def _memory(
         self, stage: Stage, role: str

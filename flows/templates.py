@@ -70,8 +70,8 @@ def run_tool(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) -> O
     assert isinstance(cfg, ToolConfig)
     with scope(stage_id=stage_id, stage_name=stage.name, template="tool",
                session_id=f"{stage_id}.{cfg.role}", role=cfg.role, iteration=iteration):  # fmt: skip
-        out = tool_call.submit(
-            tool=cfg.tool, args=_tool_args(env, cfg.tool), inputs=env.delivered(stage),
+        out = env.submit(
+            tool_call, tool=cfg.tool, args=_tool_args(env, cfg.tool), inputs=env.delivered(stage),
             arg_from=cfg.arg_from or _tool_arg_from(cfg.tool), output=stage.outputs[0],
             decision=Decision("accept", round=iteration + 1) if cfg.verdict else None,
         )  # fmt: skip
@@ -111,7 +111,7 @@ def run_fork_join(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0)
     else:
         fn = "majority_vote" if cfg.aggregation is Aggregation.VOTE else "concat"
         with scope(stage_id=stage_id, stage_name=stage.name, session_id=f"{stage_id}.join"):
-            final = transform.submit(fn=fn, inputs=chosen, arg="answer", output=name)
+            final = env.submit(transform, fn=fn, inputs=chosen, arg="answer", output=name)
     return _outputs(stage, final)
 
 
@@ -129,8 +129,8 @@ def _evaluate(
     tool = cfg.evaluator_tool or "binding_evaluate"
     with scope(stage_id=stage_id, stage_name=stage.name, session_id=f"{stage_id}.evaluator",
                round=r, iteration=iteration):  # fmt: skip
-        return tool_call.submit(
-            tool=tool, args=_tool_args(env, tool), inputs=[draft],
+        return env.submit(
+            tool_call, tool=tool, args=_tool_args(env, tool), inputs=[draft],
             arg_from=_tool_arg_from(tool), output="feedback", decision=decision,
         )  # fmt: skip
 
@@ -184,7 +184,9 @@ def run_refinement_loop(env: RootEnv, stage: Stage, stage_id: str, iteration: in
             break
     assert draft is not None and feedback is not None
     with scope(stage_id=stage_id, stage_name=stage.name, session_id=f"{stage_id}.join"):
-        review = transform.submit(fn="review", inputs=[draft, feedback], output=stage.outputs[0])
+        review = env.submit(
+            transform, fn="review", inputs=[draft, feedback], output=stage.outputs[0]
+        )
     return _outputs(stage, review)
 
 
@@ -246,7 +248,7 @@ def run_debate(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) ->
         )  # fmt: skip
     else:
         with scope(stage_id=stage_id, stage_name=stage.name, session_id=f"{stage_id}.join"):
-            final = transform.submit(fn="concat", inputs=last, output=name)
+            final = env.submit(transform, fn="concat", inputs=last, output=name)
     return _outputs(stage, final)
 
 
