@@ -19,10 +19,12 @@ What it does differently from Prefect's ThreadPoolTaskRunner:
   events; plain plans ignore the extra fields.
 - **Records the Semantic Trace.** Hierarchy comes from `scope(...)` at submission; typed deps from
   the futures in parameters (data) and `wait_for` (control), plus state deps ops add while running;
-  ready / submitted / completed times come from the harness clock; each finished op is appended
-  to the ledger synchronously, linked to its Prefect task run. Task runs are named by op id (on a
-  shallow copy of the task: `Task.with_options` re-reads the function's source per call and was
-  most of the runner's per-op cost) and carry no tags.
+  ready / submitted / completed times come from the harness clock (a non-model op is submitted
+  when its body starts on a worker or goes to the inner runner, a model op when the dispatcher
+  hands it to a replica); each finished op is appended to the ledger synchronously, linked to
+  its Prefect task run. Task runs are named by op id (on a shallow copy of the task:
+  `Task.with_options` re-reads the function's source per call and was most of the runner's
+  per-op cost) and carry no tags.
 - **Virtual time in lockstep.** Under a `VirtualGate`, the flow thread and each running op are
   gate participants: a future's `wait`/`result` blocks through the gate, so virtual time advances
   only when everything started is finished or waiting on the clock.
@@ -413,6 +415,10 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
 
     def _mark_started(self, node: OpNode) -> None:
         harness = self._harness
+        if harness is not None and not node.model:
+            # A non-model op is submitted when its body starts; a model op when the dispatcher
+            # hands it to a replica (`Harness.call_model`).
+            node.op.submitted_s = harness.gate.now()
         if harness is None or harness.dispatcher is None:
             node.started = True  # only near-ready reporting reads it, and it needs a dispatcher
             return

@@ -61,6 +61,28 @@ def build_messages(
     """The chat messages of one model call.
 
     Examples:
+        The order: system, inherited history, then one user turn of task input, delivered
+        artifacts (in delivery order) and instruction.
+
+        >>> d1, d2 = Artifact("plan", "step one", producer="r/p/0"), Artifact("notes", "n")
+        >>> msgs = build_messages("sys", "solve it", delivered=[d1, d2], instruction="answer",
+        ...                       history=[("user", "earlier"), ("assistant", "reply")],
+        ...                       context=ContextSpec(history=HistoryMode.INHERITED))
+        >>> [role for role, _ in msgs]
+        ['system', 'user', 'assistant', 'user']
+        >>> print(msgs[-1][1])
+        solve it
+        <BLANKLINE>
+        [plan from r/p/0]
+        step one
+        <BLANKLINE>
+        [notes from input]
+        n
+        <BLANKLINE>
+        answer
+
+        Selected delivery shortens an artifact named in `fields` to those fields:
+
         >>> a = Artifact("analysis", "long text " * 50, {"claim": "x rises"}, producer="r/a/0")
         >>> full = build_messages("sys", "task", delivered=[a])
         >>> sel = build_messages("sys", "task", delivered=[a],

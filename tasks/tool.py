@@ -5,7 +5,7 @@ and measured wall duration are recorded. Time: on a real engine the wall duratio
 duration; on the simulator the op then waits a *virtual* duration — the caller's
 `virtual_duration_s`, else the tool's nominal latency below — because a measured wall time would
 make native simulator runs non-deterministic. The trace's `tool_duration_s` is the duration on the
-run's clock; the measured wall time stays in the ledger only.
+run's clock; the measured wall time stays in the ledger only (`Ledger.tool_wall_times`).
 """
 
 from __future__ import annotations

@@ -33,6 +33,26 @@ def register_transform(name: str) -> Callable[[TransformFn], TransformFn]:
     return deco
 
 
+def get_transform(name: str) -> TransformFn:
+    """The transform registered as `name`.
+
+    Raises:
+        ConfigError: no transform has that name (the message lists the known ones).
+
+    Examples:
+        >>> votes = [Artifact("v", "yes.", {"answer": "yes"}),
+        ...          Artifact("v", "no.", {"answer": "no"})]
+        >>> get_transform("majority_vote")(votes, "answer")  # a 1-1 tie: the first vote wins
+        ('yes.', {'answer': 'yes', 'support': 1, 'voters': 2})
+    """
+    try:
+        return _TRANSFORMS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown transform {name!r}; known: {', '.join(sorted(_TRANSFORMS))}"
+        ) from None
+
+
 @register_transform("select_field")
 def _select_field(inputs: Sequence[Artifact], arg: str) -> tuple[str, dict[str, FieldValue]]:
     values = [str(a.field(arg, "")) for a in inputs]
@@ -71,12 +91,7 @@ def transform(
 ) -> Artifact:
     """Apply the registered transform `fn` to `inputs`."""
     op, h = this_op("transform")
-    try:
-        impl = _TRANSFORMS[fn]
-    except KeyError:
-        raise ConfigError(
-            f"unknown transform {fn!r}; known: {', '.join(sorted(_TRANSFORMS))}"
-        ) from None
+    impl = get_transform(fn)
     op.tool_name = fn
     op.input_refs = [a.digest for a in inputs if a.digest]
     text, fields = impl(inputs, arg)

@@ -146,13 +146,21 @@ class Harness:
         return q
 
     def see_scope(self, s: Scope) -> None:
-        """Record the root / stage / session of a scope the first time it is seen."""
+        """Record the root / stage / session of a scope the first time it is seen.
+
+        A root seen for the first time has arrived: its record's `arrival_s` is the clock's now,
+        and the dispatcher gets its arrival event (once per root) at that instant, before any
+        event of the root's ops — deferred actions of one instant run in key order, and a root
+        id sorts before the ids of its ops, which all start with it (`qualify`).
+        """
         if s in self._seen_scopes:  # a set lookup is atomic; the set only grows
             return
         q = self.qualified(s)
+        arrived: float | None = None
         with self._lock:
             if q.root_id not in self.book.roots:
-                root = RootRecord(root_id=q.root_id, workflow=q.workflow, arrival_s=self.gate.now())
+                arrived = self.gate.now()
+                root = RootRecord(root_id=q.root_id, workflow=q.workflow, arrival_s=arrived)
                 self.book.roots[q.root_id] = root
                 if self.ledger is not None:
                     self.ledger.add_root(self.trace_id, root)
@@ -175,6 +183,10 @@ class Harness:
                 if self.ledger is not None:
                     self.ledger.add_session(self.trace_id, session)
             self._seen_scopes.add(s)
+        dispatcher = self.dispatcher
+        if arrived is not None and dispatcher is not None:
+            root_id = q.root_id
+            self.gate.defer((arrived, root_id), lambda: dispatcher.on_arrival(root_id))
 
     def new_op_id(self, s: Scope) -> str:
         """`{session or stage}/n` over the qualified ids, n counting that session's ops.
@@ -219,6 +231,9 @@ class Harness:
 
     def finish(self, op: OpRun, *, flow_run_id: str | None, task_run_id: str) -> OpRecord:
         """Freeze a finished op, append it to the ledger (durable on return) and the book.
+
+        A tool op's measured wall time goes to the ledger beside its record
+        (`Ledger.tool_wall_times`), never into the record or the book.
 
         An op's predecessors are appended first: a state read can finish in the same quiescent
         instant as the write it read, on another thread, so this waits (briefly, in wall time)
@@ -266,7 +281,13 @@ class Harness:
         records.append(record)
         for rec in records:
             if self.ledger is not None:
-                self.ledger.append_op(self.trace_id, rec, prefect=(flow_run_id, task_run_id))
+                self.ledger.append_op(
+                    self.trace_id,
+                    rec,
+                    prefect=(flow_run_id, task_run_id),
+                    # Beside the record, not in it: the record's durations are on the run's clock.
+                    tool_wall_s=op.tool_wall_s if rec is record else None,
+                )
             with self._lock:
                 self.book.ops.append(rec)
                 self.book.task_runs[rec.op_id] = task_run_id

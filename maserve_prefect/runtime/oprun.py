@@ -141,6 +141,7 @@ class OpRun:
     tool_name: str | None = None
     tool_duration_s: float | None = None
     tool_wall_s: float | None = None
+    """A tool's measured wall duration: stored in the ledger beside the record, not in it."""
     external_delay_s: float = 0.0
     ready_s: float | None = None
     submitted_s: float | None = None

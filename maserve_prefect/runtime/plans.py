@@ -152,9 +152,20 @@ def _load_plugins() -> None:
 
 
 def register_plan(name: str, factory: Callable[[], Plan]) -> None:
-    """Register a plan factory under `name` (a duplicate name raises)."""
+    """Register a plan factory under `name` (a duplicate name raises and keeps the first).
+
+    Examples:
+        >>> register_plan("fcfs", FcfsPlan)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        maserve_prefect.errors.ConfigError: a plan named 'fcfs' is already registered (FcfsPlan); ...
+    """
     if name in _REGISTRY:
-        raise ConfigError(f"a plan named {name!r} is already registered")
+        first = _REGISTRY[name]
+        raise ConfigError(
+            f"a plan named {name!r} is already registered "
+            f"({getattr(first, '__qualname__', repr(first))}); register yours under another name"
+        )
     _REGISTRY[name] = factory
 
 

@@ -14,6 +14,11 @@ must be in the store. A retried op is recorded as the same `op_id` with `attempt
 
 Prefect ids live beside the records, not in them: `begin_run(..., flow_run_id=)` and
 `link_prefect(...)` fill `RunRow.flow_run_id` and the link table, keeping bundles deterministic.
+So does a tool op's measured wall duration (`append_op(..., tool_wall_s=)`, read back with
+`tool_wall_times`): the record's `tool_duration_s` is on the run's clock.
+
+Opening a ledger creates missing tables and adds columns that a database created by an earlier
+version lacks (`trace.tables.upgrade_tables`).
 
 All methods are thread-safe (the task runner calls them from worker threads); one lock
 serializes database access, which SQLite serializes anyway. The tables are `trace.tables`, the
@@ -33,6 +38,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -68,6 +74,7 @@ from maserve_prefect.trace.tables import (
     op_rows,
     payload_refs,
     sample_row,
+    upgrade_tables,
 )
 
 __all__ = ["Ledger", "PrefectLink", "RunInfo", "RunStatus", "SampleLike"]
@@ -88,6 +95,7 @@ class Ledger:
             self.engine: Engine = db
         else:
             self.engine = make_engine(db)
+        upgrade_tables(self.engine)
         self.cas = cas
         self._lock = threading.RLock()
 
@@ -246,6 +254,7 @@ class Ledger:
         *,
         payloads: Mapping[str, bytes] | None = None,
         prefect: tuple[str | None, str | None] | None = None,
+        tool_wall_s: float | None = None,
     ) -> None:
         """Record one op attempt durably: row, edges and payload refs in one transaction.
 
@@ -256,11 +265,14 @@ class Ledger:
                 they are written to the store before the op row.
             prefect: (flow_run_id, task_run_id) of the Prefect task run that executed the op,
                 linked in the same transaction (one durable write per op instead of two).
+            tool_wall_s: a tool op's measured wall duration, stored beside the record (which
+                keeps only the duration on the run's clock); read back with `tool_wall_times`.
 
         Raises:
             IntegrityError: a payload's bytes do not hash to its key.
             TraceValidationError: the op id + attempt exists, a dependency names an op not yet
-                recorded (or the op itself), the root is unknown, or a digest is not stored.
+                recorded (or the op itself), the root is unknown, a digest is not stored, or
+                `tool_wall_s` is negative or not finite.
 
         Examples:
             >>> from maserve_prefect.trace.cas import MemoryStore, sha256_hex
@@ -272,6 +284,11 @@ class Ledger:
             >>> lg.append_op("t", op, payloads={sha256_hex(out): out})
         """
         where = f"op {op.op_id!r} attempt {op.attempt} of run {trace_id!r}"
+        if tool_wall_s is not None and not (math.isfinite(tool_wall_s) and tool_wall_s >= 0):
+            raise TraceValidationError(
+                f"{where}: tool_wall_s={tool_wall_s!r} is not a wall duration; pass the measured "
+                "seconds (finite, >= 0) or None"
+            )
         for digest, data in (payloads or {}).items():
             actual = self.cas.put(data)
             if actual != digest:
@@ -313,7 +330,7 @@ class Ledger:
                         f"{where} depends on {unknown} which are not recorded in this run; "
                         f"append predecessors before the ops that depend on them"
                     )
-            session.add_all(op_rows(trace_id, op))
+            session.add_all(op_rows(trace_id, op, tool_wall_s=tool_wall_s))
             if prefect is not None:
                 session.add(
                     PrefectLinkRow(
@@ -399,6 +416,34 @@ class Ledger:
                     for src, t, name, v in samples
                 ],
             )
+
+    def tool_wall_times(self, trace_id: str) -> dict[tuple[str, int], float]:
+        """Measured wall durations of a run's tool ops, keyed by `(op_id, attempt)`.
+
+        Only attempts appended with a `tool_wall_s` appear (a simulated run's tools still
+        measure one; imported traces have none).
+
+        Raises:
+            TraceNotFoundError: no run with this id.
+
+        Examples:
+            >>> from maserve_prefect.trace.cas import MemoryStore
+            >>> from maserve_prefect.trace.model import OpKind, RootRecord
+            >>> lg = Ledger("sqlite://", MemoryStore())
+            >>> lg.begin_run(Manifest(trace_id="t")); lg.add_root("t", RootRecord(root_id="r"))
+            >>> lg.append_op("t", OpRecord(op_id="r/0", root_id="r", kind=OpKind.TOOL),
+            ...              tool_wall_s=0.5)
+            >>> lg.tool_wall_times("t")
+            {('r/0', 1): 0.5}
+        """
+        with self._lock, Session(self.engine) as session:
+            self._run_row(session, trace_id)
+            rows = session.exec(
+                select(OpRow.op_id, OpRow.attempt, OpRow.tool_wall_s)
+                .where(OpRow.trace_id == trace_id, col(OpRow.tool_wall_s).is_not(None))
+                .order_by(col(OpRow.id))
+            ).all()
+            return {(op_id, attempt): wall for op_id, attempt, wall in rows if wall is not None}
 
     def list_runs(self) -> list[RunInfo]:
         """Every recorded run, oldest first, with its op count (attempts included)."""

@@ -14,7 +14,13 @@ constraint; a retried op is a new row with `attempt + 1`.
 
 Prefect ids are deliberately *not* in `OpRow`: they live in `PrefectLinkRow` (and
 `RunRow.flow_run_id`), so the records — and therefore exported bundles — stay byte-identical
-across deterministic runs.
+across deterministic runs. For the same reason a tool op's measured wall duration is a column of
+`OpRow` (`tool_wall_s`) and not a field of the record: the record's `tool_duration_s` is on the
+run's clock (virtual on the simulator), the wall time varies from run to run.
+
+Schema changes: `create_all` creates missing tables but never alters an existing one, so a column
+added to a table after its first release is listed in `ADDED_COLUMNS` (nullable, so rows written
+before it read as None) and `upgrade_tables` adds it to databases created before.
 
 Naming: `XBase` holds the columns, `XRow(XBase, table=True)` adds keys (the SQLModel docs'
 pattern; `Row` avoids clashing with `sqlmodel.Session` and the record models). Table names carry
@@ -23,7 +29,9 @@ a `trace_` prefix so they share a database with other parts of the project.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlalchemy import Column, Index, Text, UniqueConstraint, inspect
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Field, SQLModel
 
 from maserve_prefect.trace.model import EngineSample, OpRecord
@@ -100,7 +108,11 @@ class SessionRow(SessionBase, table=True):
 
 
 class OpBase(SQLModel):
-    """One attempt of one realized op; `record_json` is the full `OpRecord`."""
+    """One attempt of one realized op; `record_json` is the full `OpRecord`.
+
+    `tool_wall_s` is the one value kept here and not in the record: a tool op's measured wall
+    duration (None for other ops and for ops recorded without one).
+    """
 
     trace_id: str = Field(foreign_key="trace_run.trace_id")
     op_id: str
@@ -116,6 +128,7 @@ class OpBase(SQLModel):
     num_output_tokens: int = 0
     submitted_s: float | None = None
     completed_s: float | None = None
+    tool_wall_s: float | None = None
     record_json: str = Field(sa_column=Column(Text, nullable=False))
 
 
@@ -217,6 +230,35 @@ LEDGER_TABLES: tuple[type[SQLModel], ...] = (
 )
 """Every ledger table, parents first (the order `create_all` / deletes rely on)."""
 
+ADDED_COLUMNS: tuple[tuple[type[SQLModel], str], ...] = ((OpRow, "tool_wall_s"),)
+"""`(table, column)` added after the table's first release, oldest first (see `upgrade_tables`)."""
+
+
+def upgrade_tables(engine: Engine) -> list[str]:
+    """Add the `ADDED_COLUMNS` an existing database lacks; return each added as "table.column".
+
+    Tables are created first (`trace.db.create_tables`); this only alters tables that predate a
+    column. Two processes may open an old database at once: a column the other one added in
+    between is not an error.
+    """
+    added: list[str] = []
+    for model, name in ADDED_COLUMNS:
+        table = model.__table__  # type: ignore[attr-defined]
+        if name in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+            continue
+        prep = engine.dialect.identifier_preparer
+        column_type = table.c[name].type.compile(dialect=engine.dialect)
+        sql = f"ALTER TABLE {prep.quote(table.name)} ADD COLUMN {prep.quote(name)} {column_type}"
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(sql)
+        except DBAPIError:
+            if name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                raise
+            continue  # another process added it first
+        added.append(f"{table.name}.{name}")
+    return added
+
 
 def payload_refs(op: OpRecord) -> list[tuple[str, int, str]]:
     """`(role, position, digest)` for every blob an op references."""
@@ -228,8 +270,11 @@ def payload_refs(op: OpRecord) -> list[tuple[str, int, str]]:
     return refs
 
 
-def op_rows(trace_id: str, op: OpRecord) -> list[SQLModel]:
-    """The rows one op attempt becomes: its `OpRow`, one `EdgeRow` per dep, its payload refs."""
+def op_rows(trace_id: str, op: OpRecord, *, tool_wall_s: float | None = None) -> list[SQLModel]:
+    """The rows one op attempt becomes: its `OpRow`, one `EdgeRow` per dep, its payload refs.
+
+    `tool_wall_s` is a tool op's measured wall duration, kept in the `OpRow` only.
+    """
     rows: list[SQLModel] = [
         OpRow(
             trace_id=trace_id,
@@ -246,6 +291,7 @@ def op_rows(trace_id: str, op: OpRecord) -> list[SQLModel]:
             num_output_tokens=op.num_output_tokens,
             submitted_s=op.times.submitted_s,
             completed_s=op.times.completed_s,
+            tool_wall_s=tool_wall_s,
             record_json=op.to_json_line(),
         )
     ]
