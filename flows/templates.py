@@ -212,6 +212,7 @@ def run_debate(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) ->
         )
     else:
         ctx = None
+    gate = None  # a round after a "go on" verdict waits for the op that gave it
     for r in range(1, cfg.rounds + 1):
         answers = []
         for i, peer in enumerate(cfg.peers):
@@ -235,10 +236,14 @@ def run_debate(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) ->
                     decision=Decision("converge", round=r) if check else None,
                 )
             )
+        env.close_gate(gate)
         rounds.append(answers)
         if cfg.sync is SyncMode.SYNCHRONOUS and r < cfg.rounds:
             if resolve(answers[0]).field("converged"):
-                break
+                break  # what follows takes the last round, peer 0's answer included
+            # on a ring or a star some next-round peers do not see peer 0's answer: the
+            # convergence check is still what released them (a control edge)
+            gate = env.open_gate(answers[:1])
     last: list[Future | Artifact] = list(rounds[-1])
     name = stage.outputs[0]
     if cfg.judge_role is not None:

@@ -185,6 +185,32 @@ def test_refinement_rounds_are_numbered_and_feed_forward() -> None:
         assert {d.op_id for d in draft.deps} == {prev.op_id, critiques[prev.round]}
 
 
+def test_a_debate_round_after_go_on_waits_for_the_convergence_check() -> None:
+    """Synchronous debate on a ring: peer 0's convergence check decides whether another round
+    runs, so every next-round peer depends on it, by data (it sees peer 0's answer) or else by
+    a control edge; and no pair is both."""
+    control = """
+        {kind: debate, peers: [pro, con, skeptic], rounds: 3, topology: ring,
+         sync: synchronous}
+        """
+    run = run_native(make_workflow("debate_sync_ring", ["pro", "con", "skeptic"], control),
+                     users=4, seed=5)  # fmt: skip
+    assert [r.error for r in run.roots] == [None] * 4
+    checked = 0
+    for root in run.trace.roots:
+        ops = [o for o in run.trace.ops if o.root_id == root.root_id and o.kind is OpKind.MODEL]
+        by_round = {(o.round, o.role): o for o in ops}
+        for (r, role), op in sorted(by_round.items()):
+            check = by_round.get((r - 1, "pro"))
+            if check is None:
+                continue
+            kinds = [d.kind for d in op.deps if d.op_id == check.op_id]
+            assert len(kinds) == 1, (op.op_id, kinds)
+            if role != "pro" and kinds == [EdgeKind.CONTROL]:
+                checked += 1
+    assert checked > 0  # some next-round peer does not see peer 0 and waits by control only
+
+
 def test_inherited_child_context_replays_the_parents_turn() -> None:
     """A child spawned with inherited context continues the parent's conversation: its prompt
     holds the parent's user turn and plan (more input tokens than a fresh child) and the plan
