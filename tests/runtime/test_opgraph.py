@@ -1,4 +1,4 @@
-"""The runner's op-graph walks on tiny hand-built graphs, and `runtime.opsubmit`'s doctests.
+"""The runner's op-graph walks on tiny hand-built graphs.
 
 Graph shape used below (M = model op, T = maserve transform, P = plain Prefect task):
 
@@ -10,10 +10,8 @@ Graph shape used below (M = model op, T = maserve transform, P = plain Prefect t
 from __future__ import annotations
 
 import concurrent.futures
-import doctest
 import uuid
 
-from maserve_prefect.runtime import opsubmit
 from maserve_prefect.runtime.opfutures import MAServeFuture
 from maserve_prefect.runtime.opgraph import (
     OpNode,
@@ -91,8 +89,3 @@ def test_model_ops_ahead_skip_the_direct_downstream_and_stop_at_started_ops() ->
     assert ids(model_ops_ahead(g["t2"].downstream)) == []  # m2 is direct downstream
     g["t2"].started = True
     assert ids(model_ops_ahead(g["m1"].downstream)) == []
-
-
-def test_opsubmit_doctests() -> None:
-    result = doctest.testmod(opsubmit, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

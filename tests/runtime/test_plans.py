@@ -3,7 +3,6 @@ several replicas), deterministic ties, and the plan registry's errors."""
 
 from __future__ import annotations
 
-import doctest
 import itertools
 
 import pytest
@@ -13,7 +12,6 @@ from maserve_prefect.engine.sim.kernel import Kernel
 from maserve_prefect.engine.sim.replica import SimReplica
 from maserve_prefect.engine.sim.step_time import make_step_model
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.runtime import plans
 from maserve_prefect.runtime.dispatcher import Dispatcher
 from maserve_prefect.runtime.plans import (
     FcfsPlan,
@@ -24,11 +22,6 @@ from maserve_prefect.runtime.plans import (
     plan_names,
     register_plan,
 )
-
-
-def test_doctests() -> None:
-    result = doctest.testmod(plans, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def view(

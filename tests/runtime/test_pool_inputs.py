@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import doctest
 
 import pytest
 
-from maserve_prefect.runtime import pool_inputs
 from maserve_prefect.runtime.pool_inputs import GIB, REVEAL_MODES, ExecOptions, Workflow
 from maserve_prefect.runtime.window import WorkUnit
-
-
-def test_doctests() -> None:
-    result = doctest.testmod(pool_inputs, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_defaults_are_the_full_joint_runtime() -> None:
