@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(BIN)/python -m maserve_prefect.demo
 
 test: $(STAMP)
-	VLLM_PY="$$($(BIN)/python -m maserve_prefect.engine.vllm.venv --lock $(VLLM_LOCK))" && \
+	VLLM_PY="$$($(BIN)/python -m maserve_prefect.engines.vllm.venv --lock $(VLLM_LOCK))" && \
 	MASERVE_VLLM_PYTHON="$$VLLM_PY" $(BIN)/python -m pytest tests
 
 # Everything but the tests that need the real vLLM server (they skip without MASERVE_VLLM_PYTHON).
@@ -34,7 +34,7 @@ test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not integration"
 
 vllm-env: $(STAMP)
-	$(BIN)/python -m maserve_prefect.engine.vllm.venv --lock $(VLLM_LOCK)
+	$(BIN)/python -m maserve_prefect.engines.vllm.venv --lock $(VLLM_LOCK)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -9,9 +9,9 @@ import argparse
 import time
 from pathlib import Path
 
-from maserve_prefect.hear_bench.mooncake_suite import run_mooncake
-from maserve_prefect.hear_bench.role_modes import run_role_modes
-from maserve_prefect.hear_bench.scbench_suite import run_scbench
+from maserve_prefect.bench.hear.mooncake_suite import run_mooncake
+from maserve_prefect.bench.hear.role_modes import run_role_modes
+from maserve_prefect.bench.hear.scbench_suite import run_scbench
 
 SUITES = {"scbench": run_scbench, "mooncake": run_mooncake, "role_modes": run_role_modes}
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from rich.console import Console
 
 from maserve_prefect import prefect_server
-from maserve_prefect.bench.pool_suite import run_pool_suite
-from maserve_prefect.bench.pool_suite_file import load_pool_suite
-from maserve_prefect.bench.pool_tables import render
+from maserve_prefect.bench.pool.suite import run_pool_suite
+from maserve_prefect.bench.pool.suite_file import load_pool_suite
+from maserve_prefect.bench.pool.tables import render
 
 ROOT = Path(__file__).resolve().parents[1]
 

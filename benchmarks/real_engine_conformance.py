@@ -28,9 +28,9 @@ from maserve_prefect.flows.native import run_native
 from rich.console import Console
 from rich.table import Table
 
-from maserve_prefect.engine.vllm.server import VLLMServer
-from maserve_prefect.engine.vllm.server_config import VLLMServerConfig
-from maserve_prefect.engine.vllm.venv import build_tiny_model, ensure_vllm_python
+from maserve_prefect.engines.vllm.server import VLLMServer
+from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
+from maserve_prefect.engines.vllm.venv import build_tiny_model, ensure_vllm_python
 from maserve_prefect.replay.conformance import audit
 from maserve_prefect.replay.driver import replay_trace
 from maserve_prefect.trace.model import OpKind

@@ -70,9 +70,9 @@ from prefect.futures import PrefectFuture
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from maserve_prefect.runner import MAServeTaskRunner
-from maserve_prefect.runtime.harness import Harness, activate
-from maserve_prefect.runtime.wallgate import WallGate
+from maserve_prefect.taskrunner.harness import Harness, activate
+from maserve_prefect.taskrunner.runner import MAServeTaskRunner
+from maserve_prefect.taskrunner.wallgate import WallGate
 from maserve_prefect.trace.cas import MemoryStore
 from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import Manifest

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_speed import DEFAULT_TRACE, copies, run
 
-from maserve_prefect.engine.sim.pool import SimPool
-from maserve_prefect.engine.sim.trace_replay import ReplayResult
+from maserve_prefect.engines.sim.pool.sim_pool import SimPool
+from maserve_prefect.replay.requests import ReplayResult
 from maserve_prefect.trace.mooncake import import_mooncake
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.pool import Deployment, SimPool
-from maserve_prefect.engine.sim.trace_replay import ReplayResult, replay_requests
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
+from maserve_prefect.replay.requests import ReplayResult, replay_requests
 from maserve_prefect.trace.model import Trace
 from maserve_prefect.trace.mooncake import import_mooncake
 

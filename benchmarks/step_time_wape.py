@@ -15,7 +15,7 @@ operator group for:
 
 The headline per device is the held-out (LOMO) WAPE over all its operator rows, against the 8%
 goal. `--write` refits on ALL rows and writes the package's shipped device efficiencies
-(`maserve_prefect/engine/catalog/data/device_efficiency.json`); the held-out figures above come
+(`maserve_prefect/engines/catalog/data/device_efficiency.json`); the held-out figures above come
 from refits that exclude the scored rows and are unaffected by it.
 """
 
@@ -28,9 +28,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from maserve_prefect.engine.catalog.devices import shipped_fit_path
-from maserve_prefect.engine.catalog.gpus import GpuSpec, builtin_gpu
-from maserve_prefect.engine.sim.calibrate import (
+from maserve_prefect.engines.catalog.devices import shipped_fit_path
+from maserve_prefect.engines.catalog.gpus import GpuSpec, builtin_gpu
+from maserve_prefect.engines.sim.cost.calibrate import (
     WapeTable,
     fit_all,
     in_sample,
@@ -38,7 +38,7 @@ from maserve_prefect.engine.sim.calibrate import (
     leave_one_model_out,
     unfitted,
 )
-from maserve_prefect.engine.sim.profiles import GROUPS, load_profiles
+from maserve_prefect.engines.sim.cost.profiles import GROUPS, load_profiles
 from maserve_prefect.errors import ConfigError
 
 GOAL = 0.08

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from prefect.futures import PrefectFuture
 
-from maserve_prefect.runner import mark_participant
-from maserve_prefect.runtime.harness import active_harness, current_harness
+from maserve_prefect.taskrunner.harness import active_harness, current_harness
+from maserve_prefect.taskrunner.runner import mark_participant
 
 T = TypeVar("T")
 

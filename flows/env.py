@@ -32,13 +32,13 @@ from maserve_prefect.tasks import (
 )
 from prefect.futures import PrefectFuture
 
-from maserve_prefect.runtime.oprun import scope
-from maserve_prefect.runtime.opsubmit import futures_in
 from maserve_prefect.spec.binding import TaskBinding, TaskInstance
 from maserve_prefect.spec.memory import MemoryNamespace, MemoryScope
 from maserve_prefect.spec.rules import HistoryMode
 from maserve_prefect.spec.stages import Stage
 from maserve_prefect.spec.workload import WorkloadSpec
+from maserve_prefect.taskrunner.oprun import scope
+from maserve_prefect.taskrunner.opsubmit import futures_in
 
 Future = PrefectFuture[Artifact]
 

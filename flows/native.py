@@ -23,21 +23,21 @@ from maserve_prefect.flows.workflows import Workflow, get_workflow
 from prefect import flow
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-from maserve_prefect.engine.protocol import Replica
-from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.pool import SimPool
-from maserve_prefect.engine.target import EngineTarget, parse_engine
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.dispatch.dispatcher import Dispatcher
+from maserve_prefect.engines.poolfile import PoolFile, build_sim_pool, default_pool_file
+from maserve_prefect.engines.sim.pool.sim_pool import SimPool
+from maserve_prefect.engines.target import EngineTarget, parse_engine
 from maserve_prefect.errors import ConfigError, UnsupportedError
-from maserve_prefect.runner import MAServeTaskRunner, mark_participant
-from maserve_prefect.runtime.dispatcher import Dispatcher
-from maserve_prefect.runtime.harness import Harness, activate, get_harness
-from maserve_prefect.runtime.lockstep import Gate, VirtualGate
-from maserve_prefect.runtime.oprun import scope
-from maserve_prefect.runtime.pool_dispatch import needs_pool, sim_pool_dispatcher
-from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
-from maserve_prefect.runtime.wallgate import WallGate
+from maserve_prefect.pool.dispatch import needs_pool, sim_pool_dispatcher
+from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.spec.binding import Quality, TaskBinding
 from maserve_prefect.spec.io import spec_to_data
+from maserve_prefect.taskrunner.harness import Harness, activate, get_harness
+from maserve_prefect.taskrunner.lockstep import Gate, VirtualGate
+from maserve_prefect.taskrunner.oprun import scope
+from maserve_prefect.taskrunner.runner import MAServeTaskRunner, mark_participant
+from maserve_prefect.taskrunner.wallgate import WallGate
 from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import Manifest, OpRecord, Trace
 
@@ -85,7 +85,7 @@ and a function that closes them."""
 
 
 def _openai_factory(target: EngineTarget) -> NativeReplicaFactory:
-    from maserve_prefect.engine.openai.wall import open_openai_replicas
+    from maserve_prefect.engines.openai.wall import open_openai_replicas
 
     def factory(
         now: Callable[[], float],
@@ -172,7 +172,7 @@ def run_native(
             (replicas, close)` (default: OpenAI-compatible replicas on the target server).
         plan: the dispatcher's plan. A pool plan ("joint", "pool-fcfs", "parrot", "kairos")
             also decides the simulated pool's lifecycle (loads, reclaims, leases) from the
-            near-ready and ready ops the task runner reports (`runtime.pool_control`).
+            near-ready and ready ops the task runner reports (`pool.control`).
         pool_start: "warm" (the pool file's placements are loaded before roots arrive) or
             "cold" (no replica; a pool plan loads what the work needs).
 

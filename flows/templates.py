@@ -25,7 +25,6 @@ from maserve_prefect.flows.concurrency import first_k
 from maserve_prefect.flows.env import Future, RootEnv, resolve
 from maserve_prefect.tasks import Artifact, ContextSpec, Decision, tool_call, transform
 
-from maserve_prefect.runtime.oprun import scope
 from maserve_prefect.spec.rules import Delivery, HistoryMode
 from maserve_prefect.spec.stages import Stage
 from maserve_prefect.spec.templates import (
@@ -44,6 +43,7 @@ from maserve_prefect.spec.templates import (
     ToolConfig,
     Topology,
 )
+from maserve_prefect.taskrunner.oprun import scope
 
 Outputs = dict[str, Future | Artifact]
 

@@ -31,11 +31,11 @@ def _pct(values: list[float], q: float) -> str:
 
 
 def mooncake_section(console: Console) -> None:
-    from maserve_prefect.engine.sim.device import Deployment
-    from maserve_prefect.engine.sim.kernel import Kernel
-    from maserve_prefect.engine.sim.pool import SimPool
-    from maserve_prefect.engine.sim.trace_replay import replay_requests
+    from maserve_prefect.clock.kernel import Kernel
+    from maserve_prefect.engines.sim.pool.device import Deployment
+    from maserve_prefect.engines.sim.pool.sim_pool import SimPool
     from maserve_prefect.metrics.graph import trace_graph_summary
+    from maserve_prefect.replay.requests import replay_requests
     from maserve_prefect.trace.mooncake import import_mooncake
 
     path = SHARED / "traces" / "mooncake_synthetic_trace.jsonl"

@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from maserve_prefect.engine.catalog import get_gpu, get_model
-from maserve_prefect.engine.catalog.gpus import GpuSpec
-from maserve_prefect.engine.catalog.models import ModelSpec
+from maserve_prefect.engines.catalog import get_gpu, get_model
+from maserve_prefect.engines.catalog.gpus import GpuSpec
+from maserve_prefect.engines.catalog.models import ModelSpec
 from maserve_prefect.errors import ConfigError
 
 TARGETS = ("runtime_s", "peak_mem_bytes", "load_s")

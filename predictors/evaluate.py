@@ -31,7 +31,7 @@ import numpy as np
 from maserve_prefect.predictors.base import TARGETS, Prediction, Predictor
 from maserve_prefect.predictors.rows import Row
 
-from maserve_prefect.engine.catalog import get_gpu, get_model
+from maserve_prefect.engines.catalog import get_gpu, get_model
 from maserve_prefect.errors import ConfigError
 
 SPLIT_KINDS = ("device", "model")

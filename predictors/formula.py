@@ -18,18 +18,18 @@ from __future__ import annotations
 from maserve_prefect.predictors.base import Prediction, Shape, resolve
 from maserve_prefect.predictors.opgraph import RequestGraph, request_graph
 
-from maserve_prefect.engine.catalog.gpus import GpuSpec
-from maserve_prefect.engine.catalog.lifecycle import LifecycleParams, load_plan
-from maserve_prefect.engine.catalog.memory import activation_peak_bytes
-from maserve_prefect.engine.catalog.models import ModelSpec
-from maserve_prefect.engine.sim.scheduler import default_batch_limits
+from maserve_prefect.engines.catalog.gpus import GpuSpec
+from maserve_prefect.engines.catalog.lifecycle import LifecycleParams, load_plan
+from maserve_prefect.engines.catalog.memory import activation_peak_bytes
+from maserve_prefect.engines.catalog.models import ModelSpec
+from maserve_prefect.engines.sim.step.scheduler import default_batch_limits
 
 
 def peak_memory_bytes(model: ModelSpec, gpu: GpuSpec, shape: Shape) -> float:
     """Weights + KV of every token the batch holds at its end + the largest step's activations.
 
     Examples:
-        >>> from maserve_prefect.engine.catalog import get_gpu, get_model
+        >>> from maserve_prefect.engines.catalog import get_gpu, get_model
         >>> m = get_model("Qwen3-8B")
         >>> peak_memory_bytes(m, get_gpu("H100"), Shape(1, 100, 10)) > m.weight_bytes
         True

@@ -17,7 +17,7 @@ with M the step's tokens and S its sequences. What a source measured, and what i
 - Vidur (A100, H100; `mlp.csv`): the non-attention layer operators are measured (both norms,
   QKV, rotary, O, up, activation, down; the residual `add` counted twice per layer; `emb` and
   one more norm per step). Attention, lm_head and the sampler were not profiled there: they come
-  from the calibrated roofline step model (`engine/sim/step_time.py`), and `modelled_groups`
+  from the calibrated roofline step model (`engines/sim/cost/step_time.py`), and `modelled_groups`
   says so, so each composed row carries the share of its runtime that is modelled.
 
 Interpolation: linear in the token count inside a series, proportional beyond its last point.
@@ -39,11 +39,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from maserve_prefect.engine.catalog.gpus import builtin_gpu
-from maserve_prefect.engine.catalog.models import ModelSpec, get_model
-from maserve_prefect.engine.sim.cost import DecodeAffine, ScheduledChunk, StepCost
-from maserve_prefect.engine.sim.profiles import load_vidur
-from maserve_prefect.engine.sim.step_time import RooflineStepModel, make_step_model
+from maserve_prefect.engines.catalog.gpus import builtin_gpu
+from maserve_prefect.engines.catalog.models import ModelSpec, get_model
+from maserve_prefect.engines.sim.cost.profiles import load_vidur
+from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
+from maserve_prefect.engines.sim.cost.step_time import RooflineStepModel, make_step_model
 from maserve_prefect.errors import ConfigError, UnsupportedError
 
 FloatArray = np.ndarray

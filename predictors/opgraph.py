@@ -17,7 +17,7 @@ H / KV = query / KV heads, hd = head_dim, V = vocab, M = tokens in the step, S =
 - `attn_decode`: each decode reads its whole KV context, `4*H*hd*ctx` FLOPs;
 - `lm_head` (once per step): the vocab GEMM over S sequences plus the fp32 logits it writes;
 - `elementwise`: norms, residual adds, rotary, activation (per layer) and embedding + final norm
-  (per step), bandwidth only (bytes per token from `engine/sim/roofline.py`).
+  (per step), bandwidth only (bytes per token from `engines/sim/cost/roofline.py`).
 
 Batches larger than vLLM's `max_num_seqs` run as consecutive waves (an upper bound: vLLM would
 start the next wave as seats free up).
@@ -31,10 +31,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from maserve_prefect.predictors.base import Shape
 
-from maserve_prefect.engine.catalog.gpus import GpuSpec
-from maserve_prefect.engine.catalog.models import ModelSpec
-from maserve_prefect.engine.sim.roofline import VLLM_LAYER_ELEMENTWISE, elementwise_bytes_per_token
-from maserve_prefect.engine.sim.scheduler import default_batch_limits
+from maserve_prefect.engines.catalog.gpus import GpuSpec
+from maserve_prefect.engines.catalog.models import ModelSpec
+from maserve_prefect.engines.sim.cost.roofline import (
+    VLLM_LAYER_ELEMENTWISE,
+    elementwise_bytes_per_token,
+)
+from maserve_prefect.engines.sim.step.scheduler import default_batch_limits
 
 OP_TYPES = ("qkv", "o", "gate_up", "down", "attn_prefill", "attn_decode", "lm_head", "elementwise")
 PHASES = ("prefill", "decode")
@@ -55,7 +58,7 @@ class RequestGraph:
     """The operator totals of one shape on one device, keyed by `(phase, op type)`.
 
     Examples:
-        >>> from maserve_prefect.engine.catalog import get_gpu, get_model
+        >>> from maserve_prefect.engines.catalog import get_gpu, get_model
         >>> g = request_graph(get_model("Qwen3-8B"), get_gpu("H100"), Shape(1, 512, 64))
         >>> g.num_decode_steps, g.time_s("decode") > g.time_s("prefill")
         (63, True)

@@ -32,17 +32,17 @@ from maserve_prefect.predictors.base import Shape
 from maserve_prefect.predictors.measured import MeasuredStepModel, measured_step_models
 from maserve_prefect.predictors.rows import NAN, Row, read_rows, write_rows
 
-from maserve_prefect.engine.catalog import get_gpu, get_model
-from maserve_prefect.engine.catalog.gpus import GpuSpec
-from maserve_prefect.engine.catalog.memory import activation_peak_bytes, num_gpu_blocks
-from maserve_prefect.engine.catalog.models import ModelSpec
-from maserve_prefect.engine.protocol import Acceptance, Outcome, Request
-from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.kv_cache import cdiv
-from maserve_prefect.engine.sim.pool import Deployment, SimPool
-from maserve_prefect.engine.sim.replica import SimReplica
-from maserve_prefect.engine.sim.scheduler import SchedulerConfig
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.catalog import get_gpu, get_model
+from maserve_prefect.engines.catalog.gpus import GpuSpec
+from maserve_prefect.engines.catalog.memory import activation_peak_bytes, num_gpu_blocks
+from maserve_prefect.engines.catalog.models import ModelSpec
+from maserve_prefect.engines.sim.kv.manager import cdiv
+from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
+from maserve_prefect.engines.sim.replica import SimReplica
+from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
 from maserve_prefect.errors import ConfigError, SimulationError
+from maserve_prefect.protocol.engine import Acceptance, Outcome, Request
 
 __all__ = [
     "BatchRun",

@@ -15,7 +15,7 @@ Which output length to look up, since it is unknown before a call finishes:
   (`admission_prediction`), since admitting on a typical length could oversubscribe memory.
 
 A table also answers the pool runtime's `CostModel` protocol (`runtime_s`, `peak_mem_bytes`,
-`load_s`; `runtime/pool_state.py`), so a plan can use it wherever it takes a cost model.
+`load_s`; `pool/state.py`), so a plan can use it wherever it takes a cost model.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from maserve_prefect.predictors.base import Prediction, Predictor, Shape
 
-from maserve_prefect.engine.catalog import get_gpu, get_model
+from maserve_prefect.engines.catalog import get_gpu, get_model
 from maserve_prefect.errors import ConfigError
 
 Key = tuple[str, str, int, int, int]  # (model, device, batch, input, output) buckets
@@ -220,7 +220,7 @@ class BucketTable:
         """Admission-time prediction: always at the configured output limit."""
         return self.lookup(model, device, batch, input_len, output_limit)
 
-    # --- the pool runtime's CostModel seam (`runtime/pool_state.py`) ------------------------------
+    # --- the pool runtime's CostModel seam (`pool/state.py`) ------------------------------
     def runtime_s(
         self, model: str, device: str, batch: int, input_len: int, output_len: int
     ) -> float:

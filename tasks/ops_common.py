@@ -9,8 +9,8 @@ from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.runtime.harness import Harness, current_harness
-from maserve_prefect.runtime.oprun import OpRun, current_op
+from maserve_prefect.taskrunner.harness import Harness, current_harness
+from maserve_prefect.taskrunner.oprun import OpRun, current_op
 from maserve_prefect.trace.model import OpKind
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -15,7 +15,7 @@ from dataclasses import replace
 from maserve_prefect.tasks.artifact import Artifact
 from maserve_prefect.tasks.ops_common import op_task, this_op
 
-from maserve_prefect.runtime.state import Version
+from maserve_prefect.taskrunner.memory_store import Version
 from maserve_prefect.trace.model import EdgeKind, OpKind
 
 PERSISTENT = "persistent"

@@ -4,7 +4,7 @@ One idea: a suite run is a thin loop over `replay.arms.run_scenario` — each ar
 own `maserve-replay-arm` flow run (here nested under the suite's flow run) — that adds what a
 benchmark needs around it: a progress artifact (`maserve-suite-<name>-progress`, advanced after
 each arm run), the conformance audit and the task- and engine-level metric tables of every arm
-run (`metrics.replay_report.report_scenario`, the same tables `maserve replay` prints), the
+run (`replay.report.report_scenario`, the same tables `maserve replay` prints), the
 optional findings analysis, and the result tables published as Prefect artifacts
 (`metrics.report.publish_artifacts`). The same flow is what `maserve bench
 serve` deploys, so a scheduled run and `maserve bench run` do exactly the same work. With
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from maserve_prefect.bench.suite import Suite, check_scale, load_suite
-from maserve_prefect.metrics.replay_report import report_scenario
 from maserve_prefect.metrics.report import Progress
 from maserve_prefect.replay.arms import ArmResult, ScenarioResult, run_scenario
 from maserve_prefect.replay.conformance import ConformanceReport
+from maserve_prefect.replay.report import report_scenario
 from maserve_prefect.replay.scenario import Scenario
 
 Row = dict[str, Any]
@@ -47,7 +47,7 @@ class SuiteResult:
         suite: the parsed suite; `scale`: the scale it ran at.
         results: scenario name → its `ScenarioResult`, in suite order.
         conformance: scenario name → one `ConformanceReport` per arm run (result order).
-        metrics: scenario name → its metric tables (`metrics.replay_report.metric_tables`).
+        metrics: scenario name → its metric tables (`replay.report.metric_tables`).
         findings: rows of the suite's `analysis` function (empty without one).
         flow_run_id: the `maserve-suite` flow run (None without Prefect).
     """

@@ -17,7 +17,7 @@ calibration and pools are the scenarios' and the catalog's.
       demo: {users: 4, blocks: 1}
       full: {users: 32, blocks: 5, rate_per_s: 2.0}
     schedule: {interval_s: 3600}           # or {cron: "0 3 * * *"}, or null / left out
-    analysis: maserve_prefect.bench.findings.fj_rows   # optional: fn(results) -> list[row dict]
+    analysis: maserve_prefect.bench.replay.findings.fj_rows   # optional: fn(results) -> list[row dict]
 
 Scale override keys (`SCALE_KEYS`; anything else is an error naming the key):
 

@@ -72,9 +72,9 @@ def run_cmd(
 
     console = Console(width=140)
     try:
-        from maserve_prefect.bench.pool_suite import run_pool_suite_file
-        from maserve_prefect.bench.pool_suite_file import is_pool_suite
-        from maserve_prefect.bench.pool_tables import render as render_pool
+        from maserve_prefect.bench.pool.suite import run_pool_suite_file
+        from maserve_prefect.bench.pool.suite_file import is_pool_suite
+        from maserve_prefect.bench.pool.tables import render as render_pool
 
         if is_pool_suite(suite):  # the pool experiment: its own runner and scales
             with ExitStack() as stack:

@@ -3,7 +3,7 @@
 The one idea: the scenario file fixes everything but the arms (`replay.scenario`); the command
 runs it (`replay.arms.run_scenario`: deadlines locked first, then one Prefect flow run per arm)
 and reports each arm run from its replay trace and step records
-(`metrics.replay_report.report_scenario`): root-latency percentiles, measured roots, early
+(`replay.report.report_scenario`): root-latency percentiles, measured roots, early
 releases and deadline attainment per arm and block (non-causal arms flagged), the median and
 range across blocks, the task-level metric tables (completion-path shares, stage time,
 attempts, SLO attainment, goodput and goodput per accelerator) and, on the simulator, the
@@ -46,8 +46,8 @@ from rich.table import Table
 
 from maserve_prefect.cli.run_cmd import fail, parse_engine
 from maserve_prefect.errors import MaserveError
-from maserve_prefect.metrics.replay_report import ScenarioReport
 from maserve_prefect.replay.arms import ScenarioResult
+from maserve_prefect.replay.report import ScenarioReport
 from maserve_prefect.replay.scenario import Scenario
 
 
@@ -124,7 +124,7 @@ def write_outputs(out: Path, rep: ScenarioReport) -> None:
 
 
 def print_metrics(console: Console, rep: ScenarioReport) -> None:
-    """Every metric table (`metrics.replay_report.metric_tables`), one per metric."""
+    """Every metric table (`replay.report.metric_tables`), one per metric."""
     from maserve_prefect.metrics.report import render_table
 
     for name, rows in rep.metric_tables.items():
@@ -151,9 +151,9 @@ def _replay_flow(work: Callable[[], ScenarioReport]) -> Any:
 def run_replay(sc: Scenario, *, prefect: bool) -> ScenarioReport:
     """Run the scenario and build its report; with `prefect`, inside one `maserve-replay` flow
     run that keeps a progress artifact and publishes every table (needs a Prefect API)."""
-    from maserve_prefect.metrics.replay_report import publish_replay, report_scenario
     from maserve_prefect.metrics.report import Progress
     from maserve_prefect.replay.arms import ArmResult, run_scenario
+    from maserve_prefect.replay.report import publish_replay, report_scenario
 
     if not prefect:
         return report_scenario(run_scenario(sc, prefect=False))
@@ -231,7 +231,7 @@ def replay_cmd(
             write_outputs(out, rep)
             console.print(f"wrote {out}")
         if plots is not None:
-            from maserve_prefect.metrics.replay_report import write_plots
+            from maserve_prefect.replay.report import write_plots
 
             written = write_plots(rep.result, rep.metrics, plots)
             console.print(f"wrote {', '.join(str(p) for p in written)}")

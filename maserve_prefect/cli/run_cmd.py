@@ -35,8 +35,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from maserve_prefect.engine.target import EngineTarget
-from maserve_prefect.engine.target import parse_engine as parse_target
+from maserve_prefect.engines.target import EngineTarget
+from maserve_prefect.engines.target import parse_engine as parse_target
 from maserve_prefect.errors import ConfigError, MaserveError
 
 if TYPE_CHECKING:
@@ -140,9 +140,9 @@ def run_cmd(
     """Realize N roots of a workflow, write the trace bundle and print a summary."""
     from maserve_prefect import prefect_server
     from maserve_prefect.bindings import get_binding
+    from maserve_prefect.engines.poolfile import load_pool_file
     from maserve_prefect.flows.native import run_native
     from maserve_prefect.flows.workflows import get_workflow, list_workflows
-    from maserve_prefect.runtime.poolfile import load_pool_file
     from maserve_prefect.trace.bundle import export_bundle
     from maserve_prefect.trace.runs import RunStatus
 
@@ -156,7 +156,7 @@ def run_cmd(
             raise ConfigError("give a WORKFLOW name (`maserve run --list` shows them)")
         target = parse_engine(engine)
         if not target.is_sim:  # fail fast, before Prefect starts, when the server is not there
-            from maserve_prefect.engine.openai.discovery import discover
+            from maserve_prefect.engines.openai.discovery import discover
 
             discover(target.base_url, model=target.model, probe=False)
         wf = get_workflow(workflow)

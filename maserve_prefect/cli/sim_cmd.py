@@ -11,15 +11,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from maserve_prefect.engine.catalog.devices import (
+from maserve_prefect.engines.catalog.devices import (
     DeviceEntry,
     default_efficiency,
     user_devices_dir,
     write_device_file,
 )
-from maserve_prefect.engine.catalog.gpus import builtin_gpu, list_builtin_gpus
-from maserve_prefect.engine.sim.calibrate import fit_efficiency, leave_one_model_out, score
-from maserve_prefect.engine.sim.profiles import GROUPS, load_profiles
+from maserve_prefect.engines.catalog.gpus import builtin_gpu, list_builtin_gpus
+from maserve_prefect.engines.sim.cost.calibrate import fit_efficiency, leave_one_model_out, score
+from maserve_prefect.engines.sim.cost.profiles import GROUPS, load_profiles
 from maserve_prefect.errors import ConfigError
 
 app = typer.Typer(no_args_is_help=True)

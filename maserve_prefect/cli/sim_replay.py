@@ -1,7 +1,7 @@
 """`maserve sim replay TRACE`: replay an imported trace on a simulated pool and print latencies.
 
 One idea: load N replicas of one deployment on N identical devices, wait until they are ready,
-then submit every model op at its recorded time (`engine/sim/trace_replay.py`, Arrival rule)
+then submit every model op at its recorded time (`replay/requests.py`, Arrival rule)
 and report TTFT / TPOT / end-to-end percentiles, prefix hit rate, preemptions and KV usage.
 TRACE is a bundle folder (or its `trace.jsonl`) or a Mooncake `.jsonl` file, imported on the fly.
 Errors print one red line and exit 1.
@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from maserve_prefect.engine.protocol import Acceptance
-from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.pool import Deployment, SimPool
-from maserve_prefect.engine.sim.trace_replay import ReplayProgress, ReplayResult, replay_requests
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
 from maserve_prefect.errors import ConfigError, MaserveError
+from maserve_prefect.protocol.engine import Acceptance
+from maserve_prefect.replay.requests import ReplayProgress, ReplayResult, replay_requests
 from maserve_prefect.trace.model import Trace
 
 

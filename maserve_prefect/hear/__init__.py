@@ -1,8 +1,6 @@
-"""maserve_prefect.hear: HEAR, the bidirectional harness-engine protocol, and its policies.
+"""HEAR policies: pure decisions over the protocol's views, never the engine's internals.
 
-Messages (`messages` re-exports them): `subjects`, `intents`, `controls`, `state`, `outcomes`;
-`capabilities` (what an engine supports) and `force` (the one `resolve` every engine side
-uses); `channel` (intent vs control channels), `reference` (the smallest conforming engine
-side). Policies: `views`, `policies`, `modemap`, `mode_calibration`; `overhead` accounts for the
-protocol's own cost. Policy code imports only `hear.*`, `engine.protocol` and `errors`.
+`policies` (FCFS, Cache-Aware, Guard-W, Session-Aware retention, role -> mode selection),
+`modemap` (the frozen role -> mode mapping), `mode_calibration` (choosing it on a development
+set) and `overhead` (the protocol's own cost). Policy code imports only `protocol` and `errors`.
 """

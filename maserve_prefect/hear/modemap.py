@@ -35,7 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.hear.outcomes import (
+from maserve_prefect.protocol.outcomes import (
     Accepted,
     Completed,
     Failed,

@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.hear.controls import (
+from maserve_prefect.hear.modemap import ModeMap
+from maserve_prefect.protocol.controls import (
     CacheRelease,
     CacheRetain,
     Control,
@@ -60,9 +61,8 @@ from maserve_prefect.hear.controls import (
     Priority,
     Tier,
 )
-from maserve_prefect.hear.modemap import ModeMap
-from maserve_prefect.hear.state import ResidencyView
-from maserve_prefect.hear.views import SessionView, WaitingRequest
+from maserve_prefect.protocol.state import ResidencyView
+from maserve_prefect.protocol.views import SessionView, WaitingRequest
 
 __all__ = [
     "CacheAware",
@@ -266,7 +266,7 @@ class ContinuationEstimator:
     and a few sessions cannot give certainty.
 
     Examples:
-        >>> from maserve_prefect.hear.subjects import ContextRef
+        >>> from maserve_prefect.protocol.subjects import ContextRef
         >>> done = [SessionView(f"s{n}", ContextRef(f"s{n}"), (1,), n, 0.0, ended=True)
         ...         for n in (1, 2, 2, 3)]
         >>> ContinuationEstimator.from_sessions(done).p_next(2)
@@ -320,7 +320,7 @@ class SessionRetention:
         not change as the session idles, ordered as the decayed priorities (module docstring).
 
         Examples:
-            >>> from maserve_prefect.hear.subjects import ContextRef
+            >>> from maserve_prefect.protocol.subjects import ContextRef
             >>> pol, est = SessionRetention(half_life_s=60.0), ContinuationEstimator((2, 5, 9))
             >>> a = SessionView("a", ContextRef("a"), (1,), 1, last_active_s=0.0)
             >>> b = SessionView("b", ContextRef("b"), (2,), 4, last_active_s=100.0)

@@ -48,9 +48,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from maserve_prefect.engine.catalog.models import ModelSpec
-from maserve_prefect.engine.sim.lifecycle_exec import PoolReplica
-from maserve_prefect.engine.sim.records import StepKind, StepRecord, Timeline
+from maserve_prefect.engines.catalog.models import ModelSpec
+from maserve_prefect.engines.sim.pool.lifecycle_exec import PoolReplica
+from maserve_prefect.engines.sim.step.records import StepKind, StepRecord, Timeline
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.metrics.task import final_attempts, root_class
 from maserve_prefect.trace.model import OpStatus, Trace
@@ -95,8 +95,8 @@ def step_intensity(record: StepRecord, model: ModelSpec) -> StepIntensity:
     """FLOPs, bytes and intensity of one record under the module's formulas.
 
     Examples:
-        >>> from maserve_prefect.engine.catalog import get_model
-        >>> from maserve_prefect.engine.sim.records import ScheduledTokens
+        >>> from maserve_prefect.engines.catalog import get_model
+        >>> from maserve_prefect.engines.sim.step.records import ScheduledTokens
         >>> rec = StepRecord("r", 0, 0.0, 1.0, 1, StepKind.PREFILL,
         ...                  (ScheduledTokens("a", 0, 100),), 100, 0.0, 0.0, 0.0, 0.0, ())
         >>> step_intensity(rec, get_model("qwen3-8b")).intensity > 1
@@ -232,7 +232,7 @@ def decode_batch(records: Iterable[StepRecord]) -> float:
     """Time-weighted decode batch size over records with ≥ 1 decoding request (0 if none).
 
     Examples:
-        >>> from maserve_prefect.engine.sim.records import ScheduledTokens as S
+        >>> from maserve_prefect.engines.sim.step.records import ScheduledTokens as S
         >>> recs = [StepRecord("r", 0, 0.0, 1.0, 1, StepKind.DECODE, (S("a", 5, 1),), 1,
         ...                    0, 0, 0, 0, ()),
         ...         StepRecord("r", 1, 1.0, 4.0, 3, StepKind.DECODE, (S("a", 6, 3), S("b", 6, 3)),
@@ -252,7 +252,7 @@ def co_batching(
     """Time-weighted share of `target`'s scheduled time co-batched with each class (sorted).
 
     Examples:
-        >>> from maserve_prefect.engine.sim.records import ScheduledTokens as S
+        >>> from maserve_prefect.engines.sim.step.records import ScheduledTokens as S
         >>> recs = [StepRecord("r", 0, 0.0, 1.0, 1, StepKind.DECODE, (S("a", 5, 1), S("b", 5, 1)),
         ...                    2, 0, 0, 0, 0, ()),
         ...         StepRecord("r", 1, 1.0, 4.0, 1, StepKind.DECODE, (S("a", 6, 1),), 1,

@@ -14,7 +14,7 @@ and every arm starts from drained state. Each arm run is one Prefect flow run
 
 Drained state: on the simulator every arm gets a fresh kernel and a fresh warm pool. A real
 engine is one shared server, so before each arm (and before the reference replay) the server is
-drained (`engine.openai.wall.drain_server`: wait until it runs and queues nothing, then reset its
+drained (`engines.openai.wall.drain_server`: wait until it runs and queues nothing, then reset its
 prefix cache); what that achieved is recorded with the arm (`ArmSummary.initial_state`, e.g.
 "idle; prefix cache not reset: unsupported by the server"). Real-engine replays run under the
 scenario's wall-clock limit (`Scenario.wall_timeout_s`): a stuck op ends the arm, never hangs it.
@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from maserve_prefect.engine.target import parse_engine
+from maserve_prefect.engines.poolfile import PoolFile, default_pool_file, load_pool_file
+from maserve_prefect.engines.target import parse_engine
 from maserve_prefect.errors import ConfigError, EngineError, IllegalReleaseError
 from maserve_prefect.metrics.task import RootStatus, root_class
 from maserve_prefect.replay.arm_summary import (
@@ -47,13 +48,12 @@ from maserve_prefect.replay.arrivals import ClosedLoopArrivals, ThinkTime, with_
 from maserve_prefect.replay.driver import ReplayRun, replay_trace
 from maserve_prefect.replay.scenario import Arm, Scenario, arrival_process
 from maserve_prefect.replay.traceset import TraceSet, build_trace_set
-from maserve_prefect.runtime.poolfile import PoolFile, default_pool_file, load_pool_file
 from maserve_prefect.trace.barrier import BarrierEdge, apply_barrier, barrier_edges
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import Trace
 
 if TYPE_CHECKING:
-    from maserve_prefect.engine.openai.wall import DrainReport
+    from maserve_prefect.engines.openai.wall import DrainReport
 
 __all__ = [
     "ArmResult",
@@ -153,7 +153,7 @@ def drain_engine(scenario: Scenario) -> DrainReport | None:
     target = parse_engine(scenario.engine)
     if target.is_sim:
         return None
-    from maserve_prefect.engine.openai.wall import drain_server
+    from maserve_prefect.engines.openai.wall import drain_server
 
     return drain_server(target.base_url)
 

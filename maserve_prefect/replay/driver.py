@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maserve_prefect.clock import WallClock
-from maserve_prefect.engine.protocol import Replica
-from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.pool import SimPool
-from maserve_prefect.engine.target import EngineTarget, parse_engine
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.poolfile import PoolFile, build_sim_pool, default_pool_file
+from maserve_prefect.engines.sim.pool.sim_pool import SimPool
+from maserve_prefect.engines.target import EngineTarget, parse_engine
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.metrics.task import RootStatus, root_latencies
+from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.replay.arrivals import (
     ArrivalProcess,
     BurstArrivals,
@@ -48,7 +49,6 @@ from maserve_prefect.replay.arrivals import (
 from maserve_prefect.replay.audit import count_early_releases, realized_trace
 from maserve_prefect.replay.release_driver import ReleaseDriver
 from maserve_prefect.replay.work import InputLock, check_capabilities, deployment_of
-from maserve_prefect.runtime.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.trace.barrier import Barrier, apply_barrier, barrier_edges
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpKind, OpStatus, Trace
@@ -125,7 +125,7 @@ class ReplayRun:
         return self.pool.step_rows() if self.pool is not None else []
 
     def step_records(self) -> list[Any]:
-        """Every replica's per-step records (`engine.sim.records`); empty on a real engine."""
+        """Every replica's per-step records (`engines.sim.step.records`); empty on a real engine."""
         if self.pool is None:
             return []
         return [r for p in self.pool.pool_replicas() for r in p.engine.records]
@@ -304,7 +304,7 @@ def _replay_wall(
     """Replay on a real engine in wall time: one asyncio loop runs the driver and the engine."""
     factory = replicas_factory
     if factory is None:
-        from maserve_prefect.engine.openai.wall import openai_replicas_factory
+        from maserve_prefect.engines.openai.wall import openai_replicas_factory
 
         factory = openai_replicas_factory(target)
     deployments = sorted(

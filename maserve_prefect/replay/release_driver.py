@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from maserve_prefect.clock import URGENT, Clock
-from maserve_prefect.engine.protocol import Outcome, OutcomeStatus, Replica
-from maserve_prefect.engine.sim.trace_replay import op_submit_time
+from maserve_prefect.dispatch.dispatcher import Dispatcher
+from maserve_prefect.dispatch.plans import Unit
+from maserve_prefect.engines.poolfile import PoolFile
 from maserve_prefect.errors import SimulationError, TraceValidationError
+from maserve_prefect.protocol.engine import Outcome, OutcomeStatus, Replica
+from maserve_prefect.replay.requests import op_submit_time
 from maserve_prefect.replay.work import InputLock, deployment_of, model_request, op_duration
-from maserve_prefect.runtime.dispatcher import Dispatcher
-from maserve_prefect.runtime.plans import Unit
-from maserve_prefect.runtime.poolfile import PoolFile
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpKind, OpRecord, OpStatus, Trace
 from maserve_prefect.trace.release import ReleaseRule, release_predecessors

@@ -53,7 +53,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from maserve_prefect.engine.target import parse_engine
+from maserve_prefect.engines.target import parse_engine
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay import arrivals as arr
 from maserve_prefect.trace.barrier import Barrier, BarrierEdge, PerRootEdge, StageBarrier

@@ -32,9 +32,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from maserve_prefect.engine.protocol import Replica, Request
-from maserve_prefect.engine.sim.trace_replay import op_request
 from maserve_prefect.errors import BlobNotFoundError, ConfigError, UnsupportedError
+from maserve_prefect.protocol.engine import Replica, Request
+from maserve_prefect.replay.requests import op_request
 from maserve_prefect.tasks.tokens import chat_token_ids
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpRecord

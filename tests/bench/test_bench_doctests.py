@@ -12,8 +12,8 @@ MODULES = [
     "maserve_prefect.bench.runner",
     "maserve_prefect.bench.serve",
     "maserve_prefect.bench.flow",
-    "maserve_prefect.bench.pool_suite_file",
-    "maserve_prefect.bench.pool_tables",
+    "maserve_prefect.bench.pool.suite_file",
+    "maserve_prefect.bench.pool.tables",
 ]
 
 

@@ -11,7 +11,7 @@ from bench_factories import write_suite
 
 from maserve_prefect.bench.runner import run_suite
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.metrics.replay_report import report_scenario
+from maserve_prefect.replay.report import report_scenario
 
 
 def test_run_suite_without_prefect_runs_every_arm_and_audits_it(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The seed-finding suites follow one load rule (`bench.findings.LOAD_LADDER`), at both scales."""
+"""The seed-finding suites follow one load rule (`bench.replay.findings.LOAD_LADDER`), at both scales."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from maserve_prefect.bench.findings import LOAD_LADDER, MU_SAT_PER_S, ladder_rates
+from maserve_prefect.bench.replay.findings import LOAD_LADDER, MU_SAT_PER_S, ladder_rates
 from maserve_prefect.bench.suite import load_suite
 from maserve_prefect.replay.arrivals import PoissonArrivals
 from maserve_prefect.replay.scenario import arrival_process

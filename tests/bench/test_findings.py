@@ -19,8 +19,8 @@ import pytest
 import yaml
 from bench_factories import make_trace
 
-from maserve_prefect.bench import block_figures, findings
-from maserve_prefect.bench.block_figures import DeadlineFigures, deadline_figures
+from maserve_prefect.bench.replay import block_figures, findings
+from maserve_prefect.bench.replay.block_figures import DeadlineFigures, deadline_figures
 from maserve_prefect.bench.runner import run_suite
 from maserve_prefect.bench.suite import load_suite
 from maserve_prefect.metrics.task import RootStatus, root_latencies

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from maserve_prefect.bench import pool_suite
-from maserve_prefect.bench.pool_suite import PoolSuiteResult, run_pool_suite
-from maserve_prefect.bench.pool_suite_file import is_pool_suite, load_pool_suite
+from maserve_prefect.bench.pool import suite as pool_suite
+from maserve_prefect.bench.pool.suite import PoolSuiteResult, run_pool_suite
+from maserve_prefect.bench.pool.suite_file import is_pool_suite, load_pool_suite
 from maserve_prefect.errors import ConfigError
 
 SUITE = Path(__file__).resolve().parents[2] / "deployments" / "suites" / "pool_hetero.yaml"

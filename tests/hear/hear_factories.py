@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from maserve_prefect.engine.protocol import (
+from maserve_prefect.protocol.controls import CacheOp, Tier
+from maserve_prefect.protocol.engine import (
     Acceptance,
     Capabilities,
     Control,
@@ -15,10 +16,9 @@ from maserve_prefect.engine.protocol import (
     Request,
     Ticket,
 )
-from maserve_prefect.hear.controls import CacheOp, Tier
-from maserve_prefect.hear.reference import ReferenceEngine
-from maserve_prefect.hear.subjects import ContextRef
-from maserve_prefect.hear.views import SessionView, WaitingRequest
+from maserve_prefect.protocol.fake import ReferenceEngine
+from maserve_prefect.protocol.subjects import ContextRef
+from maserve_prefect.protocol.views import SessionView, WaitingRequest
 
 
 def make_engine(

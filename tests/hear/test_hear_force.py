@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from hear_factories import FakeReplica, make_engine, seam_caps
 
-from maserve_prefect.engine.protocol import Acceptance, Request
 from maserve_prefect.errors import EngineError, RequestError
-from maserve_prefect.hear.channel import Channel
-from maserve_prefect.hear.controls import (
+from maserve_prefect.protocol.channel import Channel
+from maserve_prefect.protocol.controls import (
     CacheOp,
     CacheRelease,
     CacheRetain,
@@ -18,22 +17,23 @@ from maserve_prefect.hear.controls import (
     Priority,
     Tier,
 )
-from maserve_prefect.hear.force import resolve
-from maserve_prefect.hear.intents import (
+from maserve_prefect.protocol.engine import Acceptance, Request
+from maserve_prefect.protocol.force import resolve
+from maserve_prefect.protocol.intents import (
     ContextAction,
     ContextIntent,
     FutureUseIntent,
     Prediction,
     RoleIntent,
 )
-from maserve_prefect.hear.outcomes import (
+from maserve_prefect.protocol.outcomes import (
     Accepted,
     Completed,
     OutcomeKind,
     Unsupported,
     require_completed,
 )
-from maserve_prefect.hear.subjects import ContextRef, RequestRef
+from maserve_prefect.protocol.subjects import ContextRef, RequestRef
 
 CTX = ContextRef("sess-1", 1)
 REQ = Force.REQUIREMENT

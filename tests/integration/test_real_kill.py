@@ -11,7 +11,7 @@ import pytest
 from conftest import server_config
 from maserve_prefect.flows.native import NativeRun, run_native
 
-from maserve_prefect.engine.vllm.server import VLLMServer
+from maserve_prefect.engines.vllm.server import VLLMServer
 from maserve_prefect.trace.cas import ContentStore
 from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import OpKind, OpStatus

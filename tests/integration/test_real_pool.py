@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import server_config
 
-from maserve_prefect.engine.sim.device import Deployment
-from maserve_prefect.engine.vllm.pool import VLLMProcessPool
-from maserve_prefect.runtime.pool_exec import run_pool
-from maserve_prefect.runtime.pool_inputs import Workflow
-from maserve_prefect.runtime.pool_wall import run_pool_vllm
-from maserve_prefect.runtime.window import WorkUnit
+from maserve_prefect.engines.sim.pool.device import Deployment
+from maserve_prefect.engines.vllm.pool import VLLMProcessPool
+from maserve_prefect.pool.executor import run_pool
+from maserve_prefect.pool.inputs import Workflow
+from maserve_prefect.pool.wall import run_pool_vllm
+from maserve_prefect.pool.window import WorkUnit
 
 # Each pool deployment serves the tiny model under its own name and is *planned* as a catalog
 # model on an A100-40GB: a replica reserves 90 % of the device, so one fits per device and the
@@ -82,7 +82,7 @@ def test_the_simulated_pool_needs_the_same_reclaim() -> None:
 
 def test_process_pool_refuses_a_warm_start(tmp_path: Path) -> None:
     from maserve_prefect.errors import ConfigError
-    from maserve_prefect.runtime.pool_inputs import ExecOptions
+    from maserve_prefect.pool.inputs import ExecOptions
 
     pool = VLLMProcessPool("python", deployments={"small": "/m"}, log_dir=tmp_path)
     with pytest.raises(ConfigError, match="unsupported on a process pool"):

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from maserve_prefect.flows.native import run_native
 
-from maserve_prefect.engine.openai.wall import drain_server
-from maserve_prefect.engine.target import parse_engine
+from maserve_prefect.engines.openai.wall import drain_server
+from maserve_prefect.engines.target import parse_engine
 from maserve_prefect.metrics.task import root_class
 from maserve_prefect.replay.arms import run_scenario
 from maserve_prefect.replay.conformance import audit

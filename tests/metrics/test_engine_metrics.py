@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from maserve_prefect.engine.catalog.models import ModelSpec
-from maserve_prefect.engine.sim.records import ScheduledTokens as S
-from maserve_prefect.engine.sim.records import StepKind, StepRecord, Timeline
+from maserve_prefect.engines.catalog.models import ModelSpec
+from maserve_prefect.engines.sim.step.records import ScheduledTokens as S
+from maserve_prefect.engines.sim.step.records import StepKind, StepRecord, Timeline
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.metrics.engine import (
     UNKNOWN_CLASS,

@@ -13,7 +13,7 @@ MODULES = [
     "maserve_prefect.metrics.slo",
     "maserve_prefect.metrics.engine",
     "maserve_prefect.metrics.report",
-    "maserve_prefect.metrics.replay_report",
+    "maserve_prefect.replay.report",
 ]
 
 

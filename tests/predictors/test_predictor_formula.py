@@ -6,8 +6,8 @@ import pytest
 from maserve_prefect.predictors import FormulaPredictor, Shape
 from maserve_prefect.predictors.opgraph import prefill_steps, request_graph
 
-from maserve_prefect.engine.catalog import get_gpu, get_model
-from maserve_prefect.engine.catalog.lifecycle import load_plan
+from maserve_prefect.engines.catalog import get_gpu, get_model
+from maserve_prefect.engines.catalog.lifecycle import load_plan
 from maserve_prefect.errors import ConfigError
 
 MODEL, DEVICE = "Qwen3-8B", "H100"

@@ -19,11 +19,11 @@ from maserve_prefect.predictors.measured import (
 )
 from maserve_prefect.predictors.profiling import measured_rows, run_batch, simulator_rows
 
-from maserve_prefect.engine.catalog import get_gpu, get_model
-from maserve_prefect.engine.catalog.lifecycle import load_plan
-from maserve_prefect.engine.sim.cost import DecodeAffine, ScheduledChunk, StepCost
-from maserve_prefect.engine.sim.kernel import Kernel
-from maserve_prefect.engine.sim.replica import SimReplica
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.catalog import get_gpu, get_model
+from maserve_prefect.engines.catalog.lifecycle import load_plan
+from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
+from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError, UnsupportedError
 
 

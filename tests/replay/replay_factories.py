@@ -8,15 +8,15 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from maserve_prefect.clock import WallClock
-from maserve_prefect.engine.protocol import (
+from maserve_prefect.engines.sim.cost.step_time import make_step_model
+from maserve_prefect.engines.sim.replica import SimReplica
+from maserve_prefect.protocol.engine import (
     Acceptance,
     Capabilities,
     Control,
     Request,
     Ticket,
 )
-from maserve_prefect.engine.sim.replica import SimReplica
-from maserve_prefect.engine.sim.step_time import make_step_model
 from maserve_prefect.trace.model import (
     Dep,
     EdgeKind,

@@ -1,4 +1,4 @@
-"""Draining a shared server before an arm (`engine.openai.wall.drain_server`).
+"""Draining a shared server before an arm (`engines.openai.wall.drain_server`).
 
 A stand-in HTTP server plays the two endpoints the drain reads: vLLM's `/metrics` request gauges
 and `POST /reset_prefix_cache` (present only with VLLM_SERVER_DEV_MODE=1; it answers
@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from maserve_prefect.engine.openai.wall import DrainReport, drain_server
+from maserve_prefect.engines.openai.wall import DrainReport, drain_server
 
 
 @dataclass

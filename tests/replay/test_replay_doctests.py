@@ -18,7 +18,7 @@ MODULES = [
     "maserve_prefect.replay.arms",
     "maserve_prefect.replay.arm_summary",
     "maserve_prefect.trace.release",
-    "maserve_prefect.engine.openai.wall",
+    "maserve_prefect.engines.openai.wall",
 ]
 
 

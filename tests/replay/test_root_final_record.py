@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-from maserve_prefect.engine.sim.kernel import Kernel
+from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.errors import TraceValidationError
-from maserve_prefect.runtime.harness import Harness
-from maserve_prefect.runtime.lockstep import VirtualGate
-from maserve_prefect.runtime.oprun import OpRun, Scope
+from maserve_prefect.taskrunner.harness import Harness
+from maserve_prefect.taskrunner.lockstep import VirtualGate
+from maserve_prefect.taskrunner.oprun import OpRun, Scope
 from maserve_prefect.trace.bundle import export_bundle, import_bundle
 from maserve_prefect.trace.cas import MemoryStore
 from maserve_prefect.trace.ledger import Ledger

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from maserve_prefect.clock import WallClock
-from maserve_prefect.engine.protocol import Replica
 from maserve_prefect.errors import TraceValidationError
 from maserve_prefect.metrics.path import path_ledger
 from maserve_prefect.metrics.task import RootStatus, root_latencies
+from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.replay.arrivals import ClosedLoopArrivals, ThinkTime
 from maserve_prefect.replay.driver import replay_trace
 from maserve_prefect.trace.model import (

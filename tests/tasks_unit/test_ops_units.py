@@ -11,13 +11,13 @@ from maserve_prefect.tasks import Artifact, ContextSpec, build_messages, state_r
 from maserve_prefect.tasks.transform import get_transform
 from prefect import flow
 
-from maserve_prefect.engine.sim.kernel import Kernel
+from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.runner import MAServeTaskRunner
-from maserve_prefect.runtime.harness import Harness, activate
-from maserve_prefect.runtime.lockstep import VirtualGate
-from maserve_prefect.runtime.oprun import scope
 from maserve_prefect.spec.rules import Delivery, HistoryMode
+from maserve_prefect.taskrunner.harness import Harness, activate
+from maserve_prefect.taskrunner.lockstep import VirtualGate
+from maserve_prefect.taskrunner.oprun import scope
+from maserve_prefect.taskrunner.runner import MAServeTaskRunner
 from maserve_prefect.trace.model import Dep, EdgeKind, Manifest, OpKind, OpRecord
 
 

@@ -1,0 +1,251 @@
+"""The heterogeneous-GPU pool suite: recorded multi-agent work, every pool plan, the paper's goals.
+
+One idea: the *work* is fixed per run seed — native simulator traces of the suite's workflows
+(`pool.workload`), recorded once and cached — and every arm (a pool plan, its cost
+predictor, its ablation switches) runs that same work with the same arrivals on the same pool
+(`pool.executor.run_pool`); only lifecycle and placement decisions differ. The suite then
+reports, per arrival pattern, what was achieved next to the goals (`bench.pool.tables`).
+
+The suite file (`kind: pool`) is parsed by `bench.pool.suite_file`.
+
+Run `r` (0-based) records its traces with seed `42 + r` and draws Poisson arrivals with seed
+`42 + r`; tables show the mean over runs, and a ratio is the ratio of those means. Results are
+deterministic: the same suite file and scale give identical tables.
+
+Examples:
+    >>> path_label(("Qwen3-0.6B", "Qwen3-8B"))
+    '0.6B+8B'
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from maserve_prefect.bench.pool.suite_file import PoolSuite, Scale, load_pool_suite
+from maserve_prefect.bench.pool.tables import Row, suite_tables
+from maserve_prefect.metrics.report import markdown_table
+from maserve_prefect.pool.costs import (
+    TrainingRows,
+    bucket_grid,
+    predictor_cost_model,
+    predictor_scores,
+    training_rows,
+)
+from maserve_prefect.pool.executor import run_pool
+from maserve_prefect.pool.lower_bound import lower_bound
+from maserve_prefect.pool.results import PoolRunResult
+from maserve_prefect.pool.workload import (
+    ARRIVAL_SEED,
+    POOL_MODELS,
+    RootWork,
+    build_workload,
+    record_traces,
+    workload_roots,
+)
+from maserve_prefect.predictors import Buckets, BucketTable
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def path_label(models: Sequence[str]) -> str:
+    """A model path's short name: sizes joined by '+'."""
+    return "+".join(m.removeprefix("Qwen3-") for m in models)
+
+
+@dataclass(slots=True)
+class ArmRun:
+    """The numbers one arm run produced (what the tables need, not the whole result)."""
+
+    pattern: str
+    arm: str
+    run: int
+    summary: dict[str, float]
+    latency_s: dict[str, float]
+    num_reacquiring_ops: int
+
+    @classmethod
+    def of(cls, pattern: str, arm: str, run: int, res: PoolRunResult) -> ArmRun:
+        return cls(
+            pattern,
+            arm,
+            run,
+            res.summary(),
+            dict(res.root_latency_s),
+            sum(o.reacquire_s > 0 for o in res.ops),
+        )
+
+
+@dataclass(slots=True)
+class PoolSuiteResult:
+    """A suite run: per-run numbers, lower bounds, workload facts, predictor scores."""
+
+    suite: PoolSuite
+    scale: str
+    runs: list[ArmRun] = field(default_factory=list)
+    lower_bounds: dict[tuple[str, int], float] = field(default_factory=dict)
+    paths: dict[int, dict[str, str]] = field(default_factory=dict)  # run -> root -> path
+    workload: list[Row] = field(default_factory=list)
+    predictors: list[Row] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def tables(self) -> dict[str, list[Row]]:
+        """Report name → rows (`bench.pool.tables`); deterministic for a suite and scale."""
+        return suite_tables(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite.name,
+            "scale": self.scale,
+            "scale_config": self.suite.scale(self.scale).model_dump(mode="json"),
+            "goals": self.suite.goals.model_dump(),
+            "tables": self.tables(),
+            "per_run": [
+                {"pattern": r.pattern, "arm": r.arm, "run": r.run, **r.summary} for r in self.runs
+            ],
+            "lower_bound_s": {f"{p}/run{r}": v for (p, r), v in self.lower_bounds.items()},
+            "wall_seconds": self.seconds,
+        }
+
+    def to_markdown(self) -> str:
+        parts = [f"# {self.suite.name} ({self.scale})", self.suite.description]
+        for name, rows in self.tables().items():
+            parts.append(f"## {name}\n\n{markdown_table(rows) or '(no rows)'}")
+        return "\n\n".join(parts) + "\n"
+
+    def write(self, out: Path) -> tuple[Path, Path]:
+        """Write `<out>/<suite>-<scale>.json` and `.md`; returns both paths."""
+        out.mkdir(parents=True, exist_ok=True)
+        stem = out / f"{self.suite.name}-{self.scale}"
+        js, md = stem.with_suffix(".json"), stem.with_suffix(".md")
+        js.write_text(json.dumps(_jsonable(self.to_json()), indent=1, sort_keys=True) + "\n")
+        md.write_text(self.to_markdown())
+        return js, md
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not np.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _cost_models(
+    suite: PoolSuite, arms: Sequence[str], roots: Sequence[RootWork], rows: TrainingRows,
+    scale: Scale, num_trees: int,
+) -> dict[str, BucketTable]:  # fmt: skip
+    units = [u for r in roots for u in r.units]
+    grid: Buckets = bucket_grid(
+        max(u.input_len for u in units),
+        max(u.max_tokens for u in units),
+        steps_per_doubling=scale.bucket_steps,
+    )
+    models = sorted({u.deployment for u in units} | set(POOL_MODELS))
+    kinds = sorted({suite.arms[a].predictor for a in arms})
+    return {
+        k: predictor_cost_model(
+            k,
+            models=models,
+            devices=scale.device_names(),
+            buckets=grid,
+            training=rows,
+            num_trees=num_trees,
+        )
+        for k in kinds
+    }
+
+
+def run_pool_suite(
+    suite: PoolSuite, scale: str = "demo", *, progress: ProgressFn | None = None
+) -> PoolSuiteResult:
+    """Run every (arrival pattern, run, arm) of `suite` at `scale`.
+
+    Recording native traces needs a Prefect API (`prefect_server.ensure_server()` or a test
+    harness) unless they are cached under `$MASERVE_HOME/pool_traces/`.
+
+    Raises:
+        ConfigError: unknown scale, names or profiles.
+        SimulationError: a plan broke a rule or left work unfinished.
+    """
+    sc = suite.scale(scale)
+    patterns = list(sc.arrivals or suite.arrivals)
+    arms = list(sc.arms or suite.arms)
+    devices = sc.device_names()
+    out = PoolSuiteResult(suite, scale)
+    t0 = time.perf_counter()
+    spec = suite.training_spec(sc)
+    rows = training_rows(spec)
+    if sc.score_predictors:
+        out.predictors = predictor_scores(rows.measured, spec.num_trees)
+    out.seconds["predictors"] = time.perf_counter() - t0
+    by_run: list[list[RootWork]] = []
+    for run in range(sc.runs):
+        t1 = time.perf_counter()
+        traces = record_traces(suite.workflows, sc.sessions_per_workflow, ARRIVAL_SEED + run)
+        by_run.append(workload_roots(traces))
+        out.seconds[f"record_run{run}"] = time.perf_counter() - t1
+        out.paths[run] = {r.root_id: path_label(r.models) for r in by_run[-1]}
+        out.workload += _workload_rows(run, by_run[-1])
+    t2 = time.perf_counter()
+    every = [r for roots in by_run for r in roots]  # buckets must cover every run's requests
+    costs = _cost_models(suite, arms, every, rows, sc, spec.num_trees)
+    out.seconds["cost_tables"] = time.perf_counter() - t2
+    total, done = sc.runs * len(patterns) * len(arms), 0
+    for run, roots in enumerate(by_run):
+        for pname in patterns:
+            workflows = build_workload(roots, suite.arrivals[pname].pattern(), run)
+            out.lower_bounds[(pname, run)] = lower_bound(workflows, devices).bound_s
+            for arm in arms:
+                a = suite.arms[arm]
+                t3 = time.perf_counter()
+                res = run_pool(
+                    workflows, devices, a.plan, costs=costs[a.predictor], options=a.options()
+                )
+                key = f"{pname}/{arm}/run{run}"
+                out.seconds[key] = time.perf_counter() - t3
+                out.runs.append(ArmRun.of(pname, arm, run, res))
+                done += 1
+                if progress is not None:
+                    progress(done, total, key)
+    out.seconds["total"] = time.perf_counter() - t0
+    return out
+
+
+def _workload_rows(run: int, roots: Sequence[RootWork]) -> list[Row]:
+    rows = []
+    for wf in dict.fromkeys(r.workflow for r in roots):
+        mine = [r for r in roots if r.workflow == wf]
+        rows.append(
+            {
+                "run": run,
+                "workflow": wf,
+                "sessions": len(mine),
+                "model_calls": sum(len(r.units) for r in mine),
+                "folded_ops": sum(r.num_folded_ops for r in mine),
+                "folded_tool_s_per_session": sum(r.folded_delay_s for r in mine) / len(mine),
+            }
+        )
+    return rows
+
+
+def run_pool_suite_file(
+    path: str | Path,
+    scale: str = "demo",
+    *,
+    out: Path | None = None,
+    progress: ProgressFn | None = None,
+) -> PoolSuiteResult:
+    """Load a `kind: pool` suite file, run it at `scale`, and write JSON + markdown to `out`."""
+    res = run_pool_suite(load_pool_suite(path), scale, progress=progress)
+    if out is not None:
+        res.write(out)
+    return res

@@ -1,0 +1,210 @@
+"""The pool suite's report: one table per question, from a suite run's per-run numbers.
+
+One idea: every table is a pure function of a `PoolSuiteResult` (`bench.pool.suite`), reading
+the mean over runs per (arrival pattern, arm); a ratio is the ratio of those means, so the
+tables are deterministic for a suite file and scale. Per arrival pattern they show what was
+achieved next to the goals (`Goals`): the headline plan's makespan and p95 against its baselines
+(the Parrot-like and Kairos-like plans, and request-level FCFS), its makespan against the offline
+lower bound, the GPU-seconds per completed session split four ways, per-model-path completion,
+model-availability delays (waiting for an ongoing load vs a load that cannot start) and
+re-acquire waits, the ablations, the workload, and the predictors' held-out quality
+(`pool.costs.predictor_scores`). `render` prints them with rich.
+
+Examples:
+    >>> row = _goal_row("burst", "joint/parrot", "makespan", 0.5, 0.6, True)
+    >>> row["goal"], row["met"]
+    ('≤ 0.60×', 'yes')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from maserve_prefect.metrics.report import render_table
+
+if TYPE_CHECKING:
+    from maserve_prefect.bench.pool.suite import ArmRun, PoolSuiteResult
+
+Row = dict[str, Any]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _by(res: PoolSuiteResult, pattern: str, arm: str) -> list[ArmRun]:
+    return [r for r in res.runs if r.pattern == pattern and r.arm == arm]
+
+
+def _m(runs: Sequence[ArmRun], key: str) -> float:
+    return _mean([r.summary[key] for r in runs])
+
+
+def _arm_rows(res: PoolSuiteResult, patterns: Sequence[str], arms: Sequence[str]) -> list[Row]:
+    rows = []
+    for p in patterns:
+        for a in arms:
+            rs = _by(res, p, a)
+            rows.append(
+                {
+                    "arrivals": p,
+                    "arm": a,
+                    "makespan_s": _m(rs, "makespan_s"),
+                    "p95_s": _m(rs, "p95_latency_s"),
+                    "mean_s": _m(rs, "mean_latency_s"),
+                    "sessions_done": _mean([len(r.latency_s) for r in rs]),
+                    "gpu_s_gen": _m(rs, "gpu_s_generation"),
+                    "gpu_s_idle": _m(rs, "gpu_s_idle_resident"),
+                    "gpu_s_load": _m(rs, "gpu_s_loading"),
+                    "gpu_s_other": _m(rs, "gpu_s_other"),
+                    "gpu_s_total": _m(rs, "gpu_s_total"),
+                    "loads": _m(rs, "num_loads"),
+                    "runs": len(rs),
+                }
+            )
+    return rows
+
+
+def _ratio_rows(res: PoolSuiteResult, patterns: Sequence[str], arms: Sequence[str]) -> list[Row]:
+    s, g = res.suite, res.suite.goals
+    head = _arm_rows(res, patterns, [s.headline]) if s.headline in arms else []
+    rows = []
+    for hrow in head:
+        p = hrow["arrivals"]
+        for label, arm in s.baselines.items():
+            if arm not in arms:
+                continue
+            base = _arm_rows(res, [p], [arm])[0]
+            for metric, key, goal in (
+                ("makespan", "makespan_s", g.makespan_vs_baselines),
+                ("p95", "p95_s", g.p95_vs_baselines),
+            ):
+                rows.append(_goal_row(p, f"{s.headline}/{label}", metric, hrow[key] / base[key],
+                                      goal, label != "fcfs" and p == g.pattern))  # fmt: skip
+        lb = _mean([v for (pp, _), v in res.lower_bounds.items() if pp == p])
+        rows.append(_goal_row(p, f"{s.headline}/lower bound", "makespan",
+                              hrow["makespan_s"] / lb, g.vs_lower_bound, True))  # fmt: skip
+    return rows
+
+
+def _goal_row(p: str, vs: str, metric: str, ratio: float, goal: float, applies: bool) -> Row:
+    return {
+        "arrivals": p,
+        "ratio": vs,
+        "metric": metric,
+        "achieved": ratio,
+        "goal": f"≤ {goal:.2f}×" if applies else f"({goal:.2f}×)",
+        "met": ("yes" if ratio <= goal else "no") if applies else "–",
+    }
+
+
+def _path_rows(res: PoolSuiteResult, patterns: Sequence[str], arms: Sequence[str]) -> list[Row]:
+    rows = []
+    for p in patterns:
+        for a in arms:
+            per: dict[str, list[float]] = {}
+            runs = _by(res, p, a)
+            for r in runs:
+                for root, lat in r.latency_s.items():
+                    per.setdefault(res.paths[r.run][root], []).append(lat)
+            for label in sorted(per, key=lambda k: (-len(per[k]), k)):
+                lats = per[label]
+                rows.append(
+                    {
+                        "arrivals": p,
+                        "arm": a,
+                        "model_path": label,
+                        "completed_per_run": len(lats) / max(len(runs), 1),
+                        "mean_s": _mean(lats),
+                        "p95_s": float(np.percentile(lats, 95)),
+                    }
+                )
+    return rows
+
+
+def _ablation_rows(res: PoolSuiteResult, patterns: Sequence[str], arms: Sequence[str]) -> list[Row]:
+    s = res.suite
+    if s.headline not in arms:
+        return []
+    rows = []
+    for p in patterns:
+        head = _arm_rows(res, [p], [s.headline])[0]
+        for a in [s.headline, *(x for x in s.ablations if x in arms)]:
+            row = _arm_rows(res, [p], [a])[0]
+            rows.append(
+                {
+                    "arrivals": p,
+                    "arm": a,
+                    "makespan_s": row["makespan_s"],
+                    "vs_head_makespan": row["makespan_s"] / head["makespan_s"],
+                    "p95_s": row["p95_s"],
+                    "vs_head_p95": row["p95_s"] / head["p95_s"],
+                    "gpu_s_total": row["gpu_s_total"],
+                    "vs_head_gpu_s": row["gpu_s_total"] / head["gpu_s_total"],
+                }
+            )
+    return rows
+
+
+def _availability_rows(
+    res: PoolSuiteResult, patterns: Sequence[str], arms: Sequence[str]
+) -> list[Row]:
+    rows = []
+    for p in patterns:
+        for a in arms:
+            rs = _by(res, p, a)
+            n = _mean([len(r.latency_s) for r in rs])
+            rows.append(
+                {
+                    "arrivals": p,
+                    "arm": a,
+                    "wait_ongoing_load_s_per_session": _m(rs, "wait_load_s") / n,
+                    "wait_load_cannot_start_s_per_session": _m(rs, "wait_no_load_s") / n,
+                    "reacquire_s_per_session": _m(rs, "reacquire_s") / n,
+                    "reacquiring_ops": _mean([r.num_reacquiring_ops for r in rs]),
+                    "loads": _m(rs, "num_loads"),
+                    "prefetches": _m(rs, "num_prefetches"),
+                    "unloads": _m(rs, "num_unloads"),
+                }
+            )
+    return rows
+
+
+def suite_tables(res: PoolSuiteResult) -> dict[str, list[Row]]:
+    """Report name → rows (module docstring); empty tables are left out."""
+    sc = res.suite.scale(res.scale)
+    patterns = list(sc.arrivals or res.suite.arrivals)
+    arms = list(sc.arms or res.suite.arms)
+    out = {
+        "arms": _arm_rows(res, patterns, arms),
+        "goals": _ratio_rows(res, patterns, arms),
+        "model_paths": _path_rows(res, patterns, arms),
+        "ablations": _ablation_rows(res, patterns, arms),
+        "model_availability": _availability_rows(res, patterns, arms),
+        "workload": res.workload,
+        "predictors": res.predictors,
+    }
+    return {k: v for k, v in out.items() if v}
+
+
+TITLES = {
+    "arms": "Per arrival pattern and arm (mean over runs; GPU-seconds per completed session)",
+    "goals": "Goals: headline vs baselines and the lower bound (ratio of run means; the "
+    "paper's goals apply under burst, shown in parentheses elsewhere)",
+    "model_paths": "Per-model-path completion (sessions by the set of models their calls used)",
+    "ablations": "Ablations vs the headline arm",
+    "model_availability": "Model-availability delay per completed session: waiting for an "
+    "ongoing load vs a load that cannot start; re-acquire waits",
+    "workload": "Workload (tool time folded into zero-cost edges is not modelled)",
+    "predictors": "Predictors, held out on measured rows (runtime)",
+}
+
+
+def render(res: PoolSuiteResult, console: Any) -> None:
+    """Print every table with rich."""
+    console.print(f"suite {res.suite.name} ({res.scale}): {res.suite.description}".rstrip(": "))
+    for name, rows in res.tables().items():
+        console.print(render_table(TITLES.get(name, name), rows))

@@ -1,1 +1,0 @@
-"""maserve_prefect.engine.sim."""

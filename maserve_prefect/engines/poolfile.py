@@ -1,0 +1,147 @@
+"""Pool files: which devices a run has, which deployments exist, and where replicas go.
+
+A pool file (YAML) names devices (`"H100:0"`), deployments (model + serving config), placements
+(one replica of a deployment on a device — the caller picks placement), optional aliases from the
+deployment names specs use to pool deployments, and a `default` deployment for names the file
+does not know. `build_sim_pool` loads every placement on a simulated pool and runs the clock until
+all loads are done, so a run starts on a warm pool.
+
+Examples:
+    >>> pf = default_pool_file()
+    >>> pf.resolve("llama-3.1-8b")
+    'main'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.sim.pool.device import Deployment
+from maserve_prefect.engines.sim.pool.sim_pool import SimPool
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.protocol.engine import Acceptance
+from maserve_prefect.yamlfiles import read_yaml_mapping
+
+DEFAULT_POOL = Path(__file__).parent / "pools" / "default.yaml"
+
+
+class DeploymentEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    model: str
+    version: str = ""
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    kv_cache_gib: float | None = Field(default=None, gt=0)
+    host_kv_gib: float | None = Field(default=None, gt=0)
+    """A second KV tier in host memory (total across TP ranks, like vLLM's
+    `--kv-offloading-size`); None: GPU KV only."""
+    enforce_eager: bool = False
+
+    def to_deployment(self) -> Deployment:
+        sched: list[tuple[str, Any]] = []
+        if self.max_num_seqs is not None:
+            sched.append(("max_num_seqs", self.max_num_seqs))
+        if self.max_num_batched_tokens is not None:
+            sched.append(("max_num_batched_tokens", self.max_num_batched_tokens))
+        return Deployment(
+            name=self.name,
+            model=self.model,
+            version=self.version,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            kv_cache_bytes=None if self.kv_cache_gib is None else int(self.kv_cache_gib * 2**30),
+            scheduler=tuple(sched),
+            enforce_eager=self.enforce_eager,
+        )
+
+
+class Placement(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deployment: str
+    device: str
+
+
+class PoolFile(BaseModel):
+    """A parsed pool file (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    devices: tuple[str, ...] = Field(min_length=1)
+    deployments: tuple[DeploymentEntry, ...] = Field(min_length=1)
+    placements: tuple[Placement, ...] = Field(min_length=1)
+    aliases: dict[str, str] = Field(default_factory=dict)
+    default: str | None = None
+    source: str = ""
+
+    def names(self) -> list[str]:
+        return [d.name for d in self.deployments]
+
+    def resolve(self, name: str) -> str:
+        """The pool deployment that serves spec deployment `name`."""
+        if name in self.names():
+            return name
+        if name in self.aliases:
+            return self.aliases[name]
+        if self.default is not None:
+            return self.default
+        raise ConfigError(
+            f"pool {self.source or '(inline)'}: no deployment {name!r} (deployments: "
+            f"{', '.join(self.names())}); add it, an alias, or a `default`"
+        )
+
+    def check(self) -> PoolFile:
+        where = f"pool file {self.source or '(inline)'}"
+        names = self.names()
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: deployment names must be unique, got {names}")
+        for p in self.placements:
+            if p.deployment not in names:
+                raise ConfigError(f"{where}: placement names unknown deployment {p.deployment!r}")
+            if p.device not in self.devices:
+                raise ConfigError(f"{where}: placement names unknown device {p.device!r}")
+        for alias, target in self.aliases.items():
+            if target not in names:
+                raise ConfigError(f"{where}: alias {alias!r} points to unknown {target!r}")
+        if self.default is not None and self.default not in names:
+            raise ConfigError(f"{where}: default {self.default!r} is not a deployment")
+        return self
+
+
+def load_pool_file(path: str | Path) -> PoolFile:
+    """Parse and check a pool file; errors name the file and the field."""
+    path = Path(path)
+    data = read_yaml_mapping(path, "pool file")
+    try:
+        return PoolFile.model_validate({**data, "source": str(path)}).check()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"pool file {path}: {loc}: {first['msg']}") from None
+
+
+def default_pool_file() -> PoolFile:
+    """The shipped default pool."""
+    return load_pool_file(DEFAULT_POOL)
+
+
+def build_sim_pool(pool_file: PoolFile, kernel: Kernel) -> SimPool:
+    """A simulated pool with every placement loaded (the kernel runs until loads finish)."""
+    host = {d.name: int(d.host_kv_gib * 2**30) for d in pool_file.deployments if d.host_kv_gib}
+    pool = SimPool(kernel, pool_file.devices, host_kv_bytes=host)
+    deps = {d.name: d.to_deployment() for d in pool_file.deployments}
+    for p in pool_file.placements:
+        ticket = pool.load(deps[p.deployment], p.device)
+        if ticket.acceptance is not Acceptance.ACCEPTED:
+            raise ConfigError(
+                f"pool file {pool_file.source or '(inline)'}: cannot place {p.deployment} on "
+                f"{p.device}: {ticket.reason}"
+            )
+    kernel.run()
+    return pool

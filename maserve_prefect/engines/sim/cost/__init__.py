@@ -1,0 +1,1 @@
+"""What a simulated engine step costs: the roofline step-time model and its calibration."""

@@ -1,0 +1,280 @@
+"""Per-operator roofline formulas shared by the step-time model and its calibration.
+
+One idea: every operator's time is a launch cost plus a roofline over two resources, combined as
+`sqrt(T_mem^2 + T_comp^2)` — a smooth max that is memory-bound for few tokens, compute-bound
+for many, and slower than either near the ridge point, as measured GEMMs are. Each function
+takes numpy arrays or floats, so the fit evaluates thousands of profile rows in one call and the
+simulator evaluates one step with the same code.
+
+Operators and what they move (d = dtype bytes, h = hidden, I = intermediate, H/KV = heads,
+hd = head_dim, all per tensor-parallel rank):
+
+- linear (QKV, O, gate/up, down, lm_head): weights `in*out*d` + activations `M*(in+out)*d`
+  bytes, `2*in*out*M` FLOPs over M tokens (lm_head: M = scheduled sequences);
+- elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below;
+- decode attention: reads `ctx * kv_bytes_per_token_per_layer` per request;
+- prefill attention: a wave model of the causal FlashAttention grid (`ceil(new / tile_m)` query
+  tiles x H CTAs, one per SM at a time, each streaming the keys it sees), see
+  `prefill_attention_time`;
+- mixed decode attention (decodes in a step that also computes a prefill chunk): a tile/wave
+  model of vLLM's FlashAttention-2 varlen kernel, see `mixed_attention_time`;
+- sampler: fp32 logits `vocab*4` bytes per sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from maserve_prefect.engines.catalog.efficiency import DeviceEfficiency
+from maserve_prefect.engines.catalog.gpus import GpuSpec
+from maserve_prefect.engines.catalog.models import ModelSpec
+from maserve_prefect.errors import ConfigError
+
+Num = TypeVar("Num", float, npt.NDArray[np.float64])
+
+LINEAR_OPS = ("qkv", "o", "gate_up", "down")
+ELEMENTWISE_OPS = ("norm", "add_norm", "add", "act", "rope", "qk_norm", "embedding")
+# vLLM's per-layer elementwise kernels: residual add fused into RMSNorm twice, rotary, SiLU-mul.
+VLLM_LAYER_ELEMENTWISE = ("add_norm", "add_norm", "rope", "act")
+
+
+def elementwise_bytes_per_token(model: ModelSpec, op: str, tp: int = 1) -> float:
+    """Bytes one token moves through elementwise operator `op` on one rank."""
+    d = model.dtype_bytes
+    h = model.hidden_size
+    qk = (model.num_attention_heads + model.num_kv_heads) * model.head_dim / tp
+    if op in ("norm", "embedding"):
+        return 2 * h * d
+    if op == "add_norm":
+        return 4 * h * d
+    if op == "add":
+        return 3 * h * d
+    if op == "act":
+        return (3 if model.gated_mlp else 2) * model.intermediate_size / tp * d
+    if op in ("rope", "qk_norm"):
+        return 2 * qk * d
+    raise ConfigError(f"unknown elementwise operator {op!r}; expected one of {ELEMENTWISE_OPS}")
+
+
+def linear_time(
+    in_dim: float, out_dim: float, tokens: Num, d: int, gpu: GpuSpec, eff: DeviceEfficiency
+) -> Num:
+    """One GEMM of `tokens x in_dim` by `in_dim x out_dim` (seconds)."""
+    t_mem = (
+        (in_dim * out_dim + tokens * (in_dim + out_dim)) * d / (gpu.mem_bw_bytes_s * eff.linear_mem)
+    )
+    t_comp = 2.0 * in_dim * out_dim * tokens / (gpu.peak_flops * eff.linear_comp)
+    return eff.linear_op_s + np.sqrt(t_mem * t_mem + t_comp * t_comp)
+
+
+ELEMENTWISE_EFF_FIELD = {
+    "norm": "elem_norm_mem",
+    "add_norm": "elem_norm_mem",
+    "qk_norm": "elem_norm_mem",
+    "add": "elem_add_mem",
+    "act": "elem_act_mem",
+    "rope": "elem_rope_mem",
+    "embedding": "elem_embed_mem",
+}
+
+
+def elementwise_time(
+    op: str, bytes_per_token: float, tokens: Num, gpu: GpuSpec, eff: DeviceEfficiency
+) -> Num:
+    """One bandwidth-bound elementwise kernel of kind `op` over `tokens` tokens (seconds)."""
+    eff_mem: float = getattr(eff, ELEMENTWISE_EFF_FIELD[op])
+    return eff.elem_op_s + tokens * bytes_per_token / (gpu.mem_bw_bytes_s * eff_mem)
+
+
+def decode_attention_per_token_s(
+    kv_bytes_per_token: float, gpu: GpuSpec, eff: DeviceEfficiency
+) -> float:
+    """Seconds per context token one decode request reads, in one layer, in an all-decode step
+    (split-KV decode kernel: affine in context, which `decode_affine` relies on)."""
+    return kv_bytes_per_token / (gpu.mem_bw_bytes_s * eff.attn_decode_mem)
+
+
+# FlashAttention-2's query tile (kBlockM) for head_dim <= 128: one CTA computes this many query
+# rows, so a 1-token decode query is padded to a full tile. FA2 runs 128-row tiles on sm80 /
+# sm90 parts; on the small-shared-memory parts (sm86 / sm89 / sm120: L40S, RTX PRO Blackwell) it
+# picks square 64 x 64 tiles for causal attention. The RTX PRO 6000 profiles show it directly:
+# prefill attention time steps with `ceil(ceil(chunk / 64) * heads / SMs)` and not with 128.
+ATTN_TILE_M = 128
+_TILE_M_64 = frozenset({"L40S", "RTX PRO 6000", "RTX PRO 5000"})
+
+
+def attention_tile_m(gpu: GpuSpec) -> int:
+    """Query rows per attention CTA on `gpu` (see `ATTN_TILE_M`)."""
+    return 64 if gpu.name in _TILE_M_64 else ATTN_TILE_M
+
+
+def attention_m_blocks(max_new_tokens: Num, tile_m: int = ATTN_TILE_M) -> Num:
+    """Query tiles per (sequence, head) in a varlen launch: `ceil(max_seqlen_q / tile_m)`."""
+    return np.ceil(max_new_tokens / tile_m)
+
+
+def _tile_tok_s(model: ModelSpec, gpu: GpuSpec, comp: float, tile_m: int) -> float:
+    """Seconds one CTA spends per key token: `4 * tile_m * hd` FLOPs at `comp` of one SM's
+    share of peak."""
+    return 4.0 * tile_m * model.head_dim * gpu.num_sms / (gpu.peak_flops * comp)
+
+
+def prefill_attention_time(
+    new: Num, prior: Num, model: ModelSpec, tp: int, gpu: GpuSpec, eff: DeviceEfficiency
+) -> Num:
+    """One layer's attention for one request computing `new` tokens over `prior` cached ones.
+
+    A wave model of the causal FlashAttention grid: `ceil(new / tile_m)` query tiles per query
+    head, one CTA each, one CTA per SM at a time. Each CTA streams the keys it sees, on
+    average `prior + (new + tile_m) / 2` under the causal mask (capped at `prior + new`),
+    after a fixed `attn_cta_s`; the waves run one after another. So a short chunk over a long
+    context costs one full pass over that context per wave, not FLOPs / peak: the profiles'
+    time is flat in the chunk size until the tile count passes the SM count, then jumps.
+    """
+    tile_m = attention_tile_m(gpu)
+    heads = model.num_attention_heads / tp
+    waves = np.ceil(np.ceil(new / tile_m) * heads / gpu.num_sms)
+    keys = prior + np.minimum(new, (new + tile_m) / 2.0)
+    cta = eff.attn_cta_s + keys * _tile_tok_s(model, gpu, eff.attn_prefill_comp, tile_m)
+    return eff.attn_prefill_req_s + waves * cta
+
+
+def prefill_attention_time_scalar(
+    new: float, prior: float, model: ModelSpec, tp: int, gpu: GpuSpec, eff: DeviceEfficiency
+) -> float:
+    """`prefill_attention_time` on plain floats (same operations, same order; bit-identical)."""
+    tile_m = attention_tile_m(gpu)
+    heads = model.num_attention_heads / tp
+    waves = float(math.ceil(float(math.ceil(new / tile_m)) * heads / gpu.num_sms))
+    keys = prior + min(new, (new + tile_m) / 2.0)
+    cta = eff.attn_cta_s + keys * _tile_tok_s(model, gpu, eff.attn_prefill_comp, tile_m)
+    return eff.attn_prefill_req_s + waves * cta
+
+
+def mixed_attention_time(
+    num_decode: Num,
+    decode_ctx: Num,
+    prefill_s: Num,
+    empty_ctas: Num,
+    model: ModelSpec,
+    tp: int,
+    gpu: GpuSpec,
+    eff: DeviceEfficiency,
+) -> Num:
+    """One layer's attention kernel (launch excluded) for a step holding a prefill chunk.
+
+    vLLM's FlashAttention backend runs the whole batch in one varlen call; its grid is
+    (m-blocks of the longest query) x sequences x query heads, one CTA each, one CTA per SM at
+    a time. Decodes therefore get one padded 128-row tile per *query* head (no GQA packing,
+    no split-KV), and m-blocks past a sequence's query exit at once (`empty_ctas`). Two bounds,
+    the larger wins:
+
+    - CTA schedule: `ceil(n*H / SMs)` waves of decode tiles, each streaming the mean decode
+      context at `attn_tile_comp` of one SM's share of peak FLOPS (`4*128*hd` FLOPs per KV
+      token) after a fixed `attn_cta_s`, plus the prefill chunks' own roofline `prefill_s`,
+      plus the empty CTAs spread over the SMs;
+    - DRAM: unique decode KV bytes `U = K*ctx*2*hd*d`, re-read by the `G-1` sibling query heads
+      of each KV head except for the hit fraction `h` = `attn_l2_reuse` x the larger of
+      (a) same-wave sharing `1 - seqs/SMs` (fading once `U` passes `attn_kv_reach_bytes`) and
+      (b) L2 persistence `min(1, attn_l2_frac * L2 / one head's pass)^2` (only part of the L2
+      keeps a pass: the profiles lose the sibling hits from about 0.8 x L2, not at 1 x L2);
+      the prefill chunks' own time `prefill_s` adds to this bound too (their CTAs hold SMs the
+      streaming decodes then lack: without it the model missed large chunks by -10..-15 %).
+
+    `decode_ctx` is the decodes' total context; `num_decode` may be 0 (prefill only).
+
+    Examples:
+        >>> from maserve_prefect.engines.catalog import get_efficiency, get_gpu, get_model
+        >>> m, g = get_model("Qwen3-8B"), get_gpu("RTX PRO 6000")
+        >>> eff = get_efficiency("RTX PRO 6000")
+        >>> float(mixed_attention_time(0.0, 0.0, 1e-4, 0.0, m, 1, g, eff))  # prefill only
+        0.0001
+    """
+    heads = model.num_attention_heads / tp
+    kv_heads = max(model.num_kv_heads / tp, 1.0)
+    group = heads / kv_heads
+    sms = float(gpu.num_sms)
+    kv_head_tok = 2.0 * model.head_dim * model.dtype_bytes  # K + V bytes, one token, one KV head
+    has_dec = num_decode > 0
+    mean_ctx = np.where(has_dec, decode_ctx / np.maximum(num_decode, 1.0), 0.0)
+    tile_tok_s = _tile_tok_s(model, gpu, eff.attn_tile_comp, attention_tile_m(gpu))
+    waves = np.ceil(num_decode * heads / sms)
+    t_sched = (
+        waves * (eff.attn_cta_s + mean_ctx * tile_tok_s)
+        + prefill_s
+        + empty_ctas * eff.attn_empty_cta_s / sms
+    )
+    unique = kv_heads * decode_ctx * kv_head_tok
+    one_pass = np.maximum(decode_ctx * kv_head_tok, 1.0)
+    same_wave = np.clip(1.0 - (num_decode + 1.0) / sms, 0.0, 1.0) / (
+        1.0 + (unique / eff.attn_kv_reach_bytes) ** 4
+    )
+    in_l2 = np.minimum(1.0, eff.attn_l2_frac * gpu.l2_bytes / one_pass) ** 2
+    hit = min(eff.attn_l2_reuse, 1.0) * np.maximum(same_wave, in_l2)
+    t_dram = (
+        unique
+        * (1.0 + (group - 1.0) * (1.0 - hit))
+        / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
+    )
+    return np.maximum(t_sched, t_dram + prefill_s)
+
+
+def mixed_attention_time_scalar(
+    num_decode: float,
+    decode_ctx: float,
+    prefill_s: float,
+    empty_ctas: float,
+    model: ModelSpec,
+    tp: int,
+    gpu: GpuSpec,
+    eff: DeviceEfficiency,
+) -> float:
+    """`mixed_attention_time` on plain floats (one simulated step): the same operations in the
+    same order, without numpy's per-call cost; results are bit-identical (tested)."""
+    heads = model.num_attention_heads / tp
+    kv_heads = max(model.num_kv_heads / tp, 1.0)
+    group = heads / kv_heads
+    sms = float(gpu.num_sms)
+    kv_head_tok = 2.0 * model.head_dim * model.dtype_bytes
+    mean_ctx = decode_ctx / max(num_decode, 1.0) if num_decode > 0 else 0.0
+    tile_tok_s = _tile_tok_s(model, gpu, eff.attn_tile_comp, attention_tile_m(gpu))
+    waves = float(math.ceil(num_decode * heads / sms))
+    t_sched = (
+        waves * (eff.attn_cta_s + mean_ctx * tile_tok_s)
+        + prefill_s
+        + empty_ctas * eff.attn_empty_cta_s / sms
+    )
+    unique = kv_heads * decode_ctx * kv_head_tok
+    one_pass = max(decode_ctx * kv_head_tok, 1.0)
+    reach = unique / eff.attn_kv_reach_bytes
+    same_wave = min(max(1.0 - (num_decode + 1.0) / sms, 0.0), 1.0) / (1.0 + reach**4)
+    in_l2 = min(1.0, eff.attn_l2_frac * gpu.l2_bytes / one_pass) ** 2
+    hit = min(eff.attn_l2_reuse, 1.0) * max(same_wave, in_l2)
+    t_dram = (
+        unique
+        * (1.0 + (group - 1.0) * (1.0 - hit))
+        / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
+    )
+    return max(t_sched, t_dram + prefill_s)
+
+
+def sampler_time(num_seqs: Num, model: ModelSpec, gpu: GpuSpec, eff: DeviceEfficiency) -> Num:
+    """Sampling over fp32 logits of `num_seqs` sequences (seconds)."""
+    return eff.sampler_s + num_seqs * model.vocab_size * 4.0 / (
+        gpu.mem_bw_bytes_s * eff.sampler_mem
+    )
+
+
+def allreduce_time(tokens: Num, model: ModelSpec, tp: int, gpu: GpuSpec) -> Num:
+    """One ring all-reduce of the `tokens x hidden` activations across `tp` ranks (seconds).
+
+    Not in any kernel profile we fit; the 10 us latency is NCCL's usual small-message figure.
+    """
+    if tp <= 1:
+        return tokens * 0.0
+    size = tokens * model.hidden_size * model.dtype_bytes
+    return 1e-5 + 2.0 * (tp - 1) / tp * size / gpu.interconnect_bytes_s

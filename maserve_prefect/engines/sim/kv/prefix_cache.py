@@ -1,0 +1,301 @@
+"""Prefix caching over the block pool: hashing full blocks and looking prompts up, following
+vLLM v1's prefix cache (`BlockPool.cache_full_blocks`, `KVCacheManager.get_computed_blocks`).
+
+Blocks carry, once full, a chained hash (see `request.py`), cached in the pool's `HashIndex`
+(`kv_index.py`): numpy arrays per block plus a direct-mapped table, so hashing or looking up a
+prompt's blocks is vectorized, and eviction is one array write. A lookup hits at most
+`num_tokens - 1` tokens, so at least one token is always computed. A duplicate of a cached block
+stays uncached (vLLM keeps one). Hashed blocks stay cached while free, until the pool evicts them
+(`kv_block_pool.py`).
+
+The speed idea: lookups ask the index only about blocks that may be cached: a prompt given as
+prefix-block hashes derives each block hash from its prefix key, and the index keeps the keys any
+cached hash derives from (`_num_maybe_cached`); a chunked prefill's later chunks reuse the
+admission lookup while it is valid (`_lookups`, `any_cached` of a `BlockRange`). `cached` and
+`block_hash` give the canonical view (built on demand, for tests and checks).
+
+Counters follow vLLM's Prometheus `vllm:prefix_cache_queries_total` (tokens looked up) and
+`vllm:prefix_cache_hits_total` (tokens hit), counted once per admission (re-admissions after
+preemption included) via `record_lookup`. vLLM also counts the lookup of a queue head that then
+fails to allocate, at every step it stays blocked, which ties its counter to the number of steps;
+ours counts the lookup that admitted the request, so fast-forwarded and stepped runs agree.
+
+The host tier (`host_tier.py`, a HEAR hook, inert until used): a lookup extends the GPU prefix
+hit with the host tier's leading run (`_host_run`), which the admission's allocation takes out of
+the host tier (`KVCacheManager.ensure`); `on_cache` sees every newly cached (block, hash).
+
+Examples:
+    >>> cache = PrefixCache(num_blocks=4, block_size=16)
+    >>> cache.cached, cache.num_hit_tokens
+    ({}, 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from maserve_prefect.engines.sim.kv.block_pool import MAX_SCALAR_BLOCKS, NO_BLOCKS, BlockPool
+from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.errors import ConfigError
+
+if TYPE_CHECKING:
+    from maserve_prefect.engines.sim.kv.host_tier import HostTier
+
+
+class BlockRange(NamedTuple):
+    """Blocks `start..end-1` of `req` (what `any_cached` asks about a request's prompt)."""
+
+    req: SimRequest
+    start: int
+    end: int
+
+
+class PrefixCache(BlockPool):
+    """Block hashes, prefix lookups and the prefix-cache counters over a `BlockPool`.
+
+    The base of `KVCacheManager` (`kv_cache.py`), which hashes a request's blocks as they fill
+    (`_cache_full_blocks`) and takes the blocks a lookup hit.
+
+    Args:
+        num_blocks: KV capacity in blocks (> 0).
+        block_size: tokens per block (> 0).
+        enable_prefix_caching: when off, nothing is hashed and lookups always miss.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1 or block_size < 1:
+            raise ConfigError(
+                f"KV cache needs num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
+            )
+        super().__init__(num_blocks)
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.num_cached_blocks: dict[int, int] = {}  # request seq -> blocks hashed so far
+        self.num_queried_tokens = 0
+        self.num_hit_tokens = 0
+        self._lookup: tuple[SimRequest, np.ndarray] | None = None
+        # request seq -> (epoch, its admission lookup), valid while `_epoch` is unchanged: the
+        # count of hashing calls that cached shareable (cross-request) hashes
+        self._lookups: dict[int, tuple[int, np.ndarray]] = {}
+        self._epoch = 0
+        # HEAR hooks (`kv_cache.py`); None while unused
+        self.host: HostTier | None = None
+        self.on_cache: Callable[[np.ndarray, np.ndarray], None] | None = None
+        self._host_pending: tuple[SimRequest, list[int]] | None = None
+
+    # -- views -----------------------------------------------------------------------------
+
+    @property
+    def block_hash(self) -> dict[int, int]:
+        """Block id -> hash, for the blocks whose hash is cached."""
+        return self._idx.block_hash()
+
+    @property
+    def cached(self) -> dict[int, int]:
+        """Hash -> block id of every cached (hit-able) block."""
+        return {h: b for b, h in self._idx.block_hash().items()}
+
+    def cached_mask(self, hashes: np.ndarray) -> np.ndarray:
+        """Whether each hash (a uint64 array) is cached here (a bool array): a query over the
+        hashes asked about, not a copy of the whole table."""
+        return self._idx.find(hashes) >= 0
+
+    def block_of(self, block_hash: int) -> int:
+        """The GPU block caching `block_hash`, or -1."""
+        return self._idx.find_one(block_hash)
+
+    # -- lookup ----------------------------------------------------------------------------
+
+    def get_computed_blocks(self, req: SimRequest) -> tuple[list[int], int]:
+        """Longest cached prefix of `req`'s full blocks, capped at `num_tokens - 1` tokens."""
+        hits, num_hit_tokens = self.lookup_prefix(req)
+        return hits.tolist(), num_hit_tokens
+
+    def lookup_prefix(self, req: SimRequest) -> tuple[np.ndarray, int]:
+        """`get_computed_blocks` with the hit blocks as an int64 array (the scheduler's form:
+        `ensure_slots` takes it as is)."""
+        if not self.enable_prefix_caching:
+            return NO_BLOCKS, 0
+        max_blocks = (req.num_tokens - 1) // self.block_size
+        if max_blocks <= 0:
+            return NO_BLOCKS, 0
+        hashes = req.block_hash_array(max_blocks)[:max_blocks]
+        if max_blocks <= MAX_SCALAR_BLOCKS:
+            found_small: list[int] = []
+            for h in hashes.tolist():
+                b = self._idx.find_one(h)
+                if b < 0:
+                    break
+                found_small.append(b)
+            hits = np.array(found_small, dtype=np.int64)
+        else:
+            found = self._find(req, hashes, 0, max_blocks)
+            self._lookup = (req, found)  # the admission's hashing reuses it (`_cache_full_blocks`)
+            misses = np.flatnonzero(found < 0)
+            hits = found[: int(misses[0]) if len(misses) else max_blocks]
+        if self.host is not None and len(hits) < max_blocks:
+            return hits, (len(hits) + self._host_run(req, hashes, len(hits))) * self.block_size
+        return hits, len(hits) * self.block_size
+
+    def _host_run(self, req: SimRequest, hashes: np.ndarray, start: int) -> int:
+        """Blocks after the GPU hit that the host tier holds (a leading run); the admission's
+        allocation loads them (`ensure_slots`)."""
+        host = self.host
+        assert host is not None
+        if not len(host):
+            return 0
+        rest = hashes[start:].tolist()
+        run = host.prefix_run(rest)
+        if run:
+            self._host_pending = (req, rest[:run])
+        return run
+
+    def any_cached(self, hashes: np.ndarray | BlockRange) -> bool:
+        """Whether some block caches one of `hashes` (a uint64 array, or a request's block
+        range), or the host tier holds one (caching it on the GPU then changes the host tier
+        too).
+
+        A `BlockRange` is answered from its request's kept admission lookup while that is
+        valid (see `_cache_full_blocks`), else by looking up only the blocks that may be
+        cached (`_num_maybe_cached`): a chunked prefill does not look its prompt up twice.
+        """
+        if isinstance(hashes, BlockRange):
+            req, start, end = hashes
+            hashes = req.block_hash_array(end)[start:end]
+            was = self._kept_lookup(req, end)
+            if was is None:
+                cached = self._find(req, hashes, start, end) >= 0
+            else:
+                cached = self._idx.still_cached(was[start:end], hashes)
+        else:
+            cached = self._idx.find(hashes) >= 0
+        if np.count_nonzero(cached):
+            return True
+        host = self.host
+        return host is not None and len(host) > 0 and host.any_of(hashes.tolist())
+
+    def _find(self, req: SimRequest, hashes: np.ndarray, start: int, end: int) -> np.ndarray:
+        """`HashIndex.find` of `req`'s block hashes `start..end-1` (`hashes`), asking the index
+        only about the blocks that may be cached (`_num_maybe_cached`)."""
+        n = self._num_maybe_cached(req, end) - start
+        if n >= len(hashes):
+            return self._idx.find(hashes)
+        found = np.full(len(hashes), -1, dtype=np.intp)
+        if n > 0:
+            found[:n] = self._idx.find(hashes[:n])
+        return found
+
+    def _num_maybe_cached(self, req: SimRequest, end: int) -> int:
+        """Of `req`'s blocks `0..end-1`, how many leading ones may be cached (none after them is).
+
+        For a prompt given as prefix-block hashes, block j's hash derives from the prefix key
+        of its last prefix block (`SimRequest.prefix_keys`, one per chain value), so a key no
+        cached hash derives from (`HashIndex.chains`) rules out every block that derives from
+        it. The registered keys are prefix-closed (a request registers its keys from where its
+        cached prefix ends, and that prefix was registered by whoever cached it), so the first
+        unregistered one bounds the rest. Blocks past the shareable prefix hold hashes unique to
+        `req`: cached nowhere unless `req` cached them before a preemption. (Exact up to 64-bit
+        hash collisions, which prefix caching assumes away anyway.)
+        """
+        chains = self._idx.chains
+        if chains is None or req.num_preemptions or not req.has_prefix_chain:
+            return end
+        p = 0
+        for c in req.prefix_keys().tolist():
+            if c not in chains:
+                break
+            p += 1
+        return min(end, req.num_blocks_within(p), req.num_shareable_blocks)
+
+    def _kept_lookup(self, req: SimRequest, end: int) -> np.ndarray | None:
+        """`req`'s kept lookup (block per hash at its admission) if still valid and covering
+        blocks `0..end-1`."""
+        kept = self._lookups.get(req.seq)
+        if kept is None or kept[0] != self._epoch or len(kept[1]) < end:
+            return None
+        return kept[1]
+
+    def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
+        """Count an admitted request's prefix lookup (queries and hits, in tokens). Host-tier
+        hits count in `host.num_hit_tokens`: the admission's load took them off the GPU hits
+        in advance (`_commit_host_load`)."""
+        self.num_queried_tokens += num_tokens
+        self.num_hit_tokens += num_hit_tokens
+
+    # -- hashing ---------------------------------------------------------------------------
+
+    def _cache_full_blocks(
+        self,
+        req: SimRequest,
+        blocks: np.ndarray,
+        num_tokens: int,
+        lookup: tuple[SimRequest, np.ndarray] | None = None,
+        uncached: bool = False,
+    ) -> None:
+        """Hash the blocks `num_tokens` tokens fill; a duplicate of a cached block stays unhashed.
+
+        `blocks` is `req`'s block table (`BlockTable.view()`). Which of the new hashes are cached elsewhere already (duplicates) is asked of the index
+        only where the answer can be yes and is not known:
+        - a block past the shareable prefix has a hash unique to `req` (`request.py`): cached
+          nowhere unless `req` cached it before a preemption, so it is not looked up then;
+        - `lookup` (the admission's prefix lookup of `req`, or the one kept in `_lookups` while
+          no other request has cached a shareable hash since, `_epoch`) says which block cached
+          each hash then. Since then blocks were only touched, taken (taking unhashes them) or
+          given `req`'s own other hashes, so a hash is still cached exactly where that block
+          still holds it.
+        """
+        start = self.num_cached_blocks.get(req.seq, 0)
+        num_full = min(num_tokens // self.block_size, len(blocks))
+        if num_full <= start:
+            return
+        self.num_cached_blocks[req.seq] = num_full
+        sh = req.block_hash_array(num_full)[start:num_full]
+        idx = self._idx
+        n_shared = req.num_shareable_blocks
+        # hashes [start, check_end) may be cached elsewhere; later ones are unique to `req`
+        check_end = num_full if req.num_preemptions else max(min(num_full, n_shared), start)
+        kept = self._lookups.get(req.seq)
+        if kept is not None and kept[0] != self._epoch:
+            kept = None
+        if start < n_shared:  # shareable hashes get cached: other requests' lookups go stale
+            self._epoch += 1
+            if req.has_prefix_chain and idx.chains is not None:
+                p0, p1 = req.prefix_positions(start, min(num_full, n_shared))
+                idx.chains.update(req.prefix_keys()[p0:p1].tolist())
+        if num_full - start <= MAX_SCALAR_BLOCKS:
+            for b, h in zip(blocks[start:num_full].tolist(), sh.tolist(), strict=True):
+                # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
+                if not idx.hashed[b] and idx.find_one(h) < 0:
+                    idx.add_one(b, h)
+                    if self.on_cache is not None:
+                        self.on_cache(np.array([b]), np.array([h], dtype=np.uint64))
+        else:
+            sb = blocks[start:num_full]
+            skip = idx.hashed.take(sb)  # a hit block is hashed already
+            n_check = 0 if uncached else check_end - start
+            if n_check:
+                if lookup is not None and len(lookup[1]) >= check_end:
+                    was = lookup[1][start:check_end]
+                elif kept is not None and len(kept[1]) >= check_end:
+                    was = kept[1][start:check_end]
+                else:
+                    was = None
+                sc = sh[:n_check]
+                if was is not None:
+                    dup = idx.still_cached(was, sc)
+                else:
+                    dup = self._find(req, sc, start, check_end) >= 0
+                skip[:n_check] |= dup  # a duplicate stays uncached (vLLM keeps one)
+            if np.count_nonzero(skip):
+                keep = ~skip
+                sb, sh = sb[keep], sh[keep]
+            idx.add(sb, sh)
+            if self.on_cache is not None and len(sb):
+                self.on_cache(sb, sh)
+        if lookup is not None:
+            self._lookups[req.seq] = (self._epoch, lookup[1])
+        elif kept is not None:
+            self._lookups[req.seq] = (self._epoch, kept[1])

@@ -1,0 +1,1 @@
+"""`SimPool`: simulated devices, the replicas placed on them, and their lifecycle on the clock."""

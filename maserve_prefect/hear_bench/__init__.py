@@ -1,7 +1,0 @@
-"""maserve_prefect.hear_bench: the HEAR experiments as suites (SCBench, Mooncake, role -> mode).
-
-One idea: HEAR policies (`hear/`) stay pure; `adapters` glues them onto the session-replay driver
-(`workloads/`) and times the glue as control-plane overhead; `arms` runs one policy arm; each
-suite records its workload once and replays it identically per policy arm; `tables` lays the
-results out like the paper's.
-"""

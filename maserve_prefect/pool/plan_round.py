@@ -1,0 +1,279 @@
+"""One pool plan call's working state: what it has committed so far, and the supply it judges by.
+
+One idea: a plan call is a greedy pass, and `Round` is the scratch state it mutates — a
+`MemoryLedger` over the snapshot's pool (every load, reclaim and request is checked with
+`MemoryLedger.fits` at every predicted transition), the batch each replica would run, the
+replicas this round reclaims or hands work to, and the submits, grants, loads and unloads
+committed; `decisions()` freezes them into `Decisions`. It also predicts where queued work of a
+deployment runs next (`supply_slots`, `drain`): a serving replica frees a slot as each request of
+its batch ends (this round's submits included: its queue drains), and a loading, planned or
+just-decided copy opens as many slots as its memory allows when its load ends. The joint plan
+(`pool.joint_plan`) and the baselines (`pool.baselines`) both decide through it.
+
+Examples:
+    >>> Slots("A100-40GB", (1.0, 2.0)).free_s
+    (1.0, 2.0)
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from maserve_prefect.dispatch.plans import Decisions, Grant, Load, Submit, Unload
+from maserve_prefect.pool.constructor import LifecycleOption
+from maserve_prefect.pool.fusion import WorkItem
+from maserve_prefect.pool.memory_ledger import MemoryLedger
+from maserve_prefect.pool.snapshot import PoolSnapshot
+from maserve_prefect.pool.state import INF, PoolState, ReplicaInfo, ReplicaPhase
+
+
+@dataclass(frozen=True, slots=True)
+class Slots:
+    """One replica's batch slots for queued work: the GPU it runs on, when each slot frees."""
+
+    gpu: str
+    free_s: tuple[float, ...]
+
+
+class Round:
+    """Mutable working state of one plan call; `decisions()` freezes what it committed."""
+
+    def __init__(self, snap: PoolSnapshot) -> None:
+        self.snap = snap
+        self.state: PoolState = snap.pool
+        self.costs = snap.costs
+        self.now = snap.now_s
+        self.ledger = MemoryLedger(snap.pool)
+        self.exclude: set[str] = set()  # replicas this round reclaims or hands work to
+        self.leaving: set[str] = set()  # replicas this round reclaims
+        self.batch: dict[str, tuple[int, int, int]] = {}  # replica -> (n, max in, max out)
+        self.submits: list[Submit] = []
+        self.grants: list[Grant] = []
+        self.loads: list[Load] = []
+        self.unloads: list[Unload] = []
+        self.new_supply: dict[str, list[tuple[float, int]]] = {}
+        self.new_copies: dict[str, list[tuple[str, float]]] = {}  # deployment -> (device, ready)
+        self.ends: dict[str, list[float]] = {}  # replica -> this round's submits' predicted ends
+        self.deferred: list[LifecycleOption] = []  # loads waiting for unloads under way
+        for r in self.state.replicas:
+            n = len(r.active)
+            self.batch[r.name] = (
+                n,
+                max((a.input_len for a in r.active), default=0),
+                max((a.max_tokens for a in r.active), default=0),
+            )
+
+    def model(self, deployment: str) -> str:
+        return self.state.deployment(deployment).model
+
+    def gpu(self, device: str) -> str:
+        return self.state.device(device).gpu
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _held(self, r: ReplicaInfo, n: int, max_in: int, max_out: int) -> int:
+        if n == 0:
+            return r.footprint_bytes
+        peak = self.costs.peak_mem_bytes(
+            self.model(r.deployment), self.gpu(r.device), n, max_in, max_out
+        )
+        return max(r.footprint_bytes, peak)
+
+    def request_delta(self, r: ReplicaInfo, item: WorkItem) -> int:
+        """Extra device bytes the replica holds once `item`'s head runs beside its batch."""
+        n, mi, mo = self.batch[r.name]
+        env = item.envelope
+        after = self._held(r, n + 1, max(mi, env.max_input_len), max(mo, env.max_output_len))
+        return max(after - self._held(r, n, mi, mo), 0)
+
+    def can_accept(self, r: ReplicaInfo, item: WorkItem) -> bool:
+        """Resident, accepting, below its batch limit, KV envelope fits, memory fits."""
+        if not r.serving or item.deployment != r.deployment or r.name in self.leaving:
+            return False
+        if self.batch[r.name][0] >= r.max_num_seqs:
+            return False
+        if item.envelope.max_context_tokens > r.kv_capacity_tokens:
+            return False
+        delta = self.request_delta(r, item)
+        return delta == 0 or self.ledger.fits(r.device, delta, self.now)
+
+    def completion_on(self, r: ReplicaInfo, item: WorkItem) -> float:
+        n = self.batch[r.name][0] + 1
+        return self.now + item.runtime_s(
+            self.costs, self.model(r.deployment), self.gpu(r.device), n
+        )
+
+    def submit(self, item: WorkItem, r: ReplicaInfo, grant: bool) -> None:
+        """Send `item`'s head to `r` now (and grant it the chain)."""
+        delta = self.request_delta(r, item)
+        if delta:
+            self.ledger.add(r.device, self.now, delta)
+        end = self.completion_on(r, item)
+        n, mi, mo = self.batch[r.name]
+        env = item.envelope
+        self.batch[r.name] = (n + 1, max(mi, env.max_input_len), max(mo, env.max_output_len))
+        self.ends.setdefault(r.name, []).append(end)
+        self.exclude.add(r.name)
+        self.submits.append(Submit(item.head.unit_id, r.name))
+        if grant:
+            self.grants.append(Grant(r.name, item.unit_ids))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def take(self, opt: LifecycleOption, units: Sequence[str]) -> None:
+        """Commit a lifecycle option serving `units`."""
+        unloads, load = opt.decisions(tuple(units))
+        opt.commit(self.ledger)
+        self.unloads.extend(unloads)
+        self.loads.append(load)
+        self.exclude.update(v.name for v in opt.victims)
+        self.leaving.update(v.name for v in opt.victims)
+        fit = self.state.fit(opt.deployment, opt.device)
+        cap = fit.max_num_seqs if fit else 1
+        self.new_supply.setdefault(opt.deployment, []).append((opt.ready_s, cap))
+        self.new_copies.setdefault(opt.deployment, []).append((opt.device, opt.ready_s))
+
+    def defer(self, opt: LifecycleOption) -> None:
+        """Hold `opt`'s memory and count it as supply, but decide nothing now: it waits for
+        unloads under way (`opt.after`), whose end is an event that replans, and the load
+        that replan makes needs no victim."""
+        opt.commit(self.ledger)
+        self.deferred.append(opt)
+        self.new_supply.setdefault(opt.deployment, []).append((opt.ready_s, 1))
+        self.new_copies.setdefault(opt.deployment, []).append((opt.device, opt.ready_s))
+
+    def leftover_bytes(self, opt: LifecycleOption) -> int:
+        """Memory left on the option's device once it has loaded (best-fit tie-breaker)."""
+        cap = self.ledger.capacity[opt.device]
+        used = self.ledger.usage_at(opt.device, opt.start_s) - sum(
+            v.held_bytes for v in opt.victims
+        )
+        return cap - used - opt.footprint_bytes
+
+    def supply(self, deployment: str) -> list[tuple[float, int]]:
+        """(ready time, batch limit) of replicas of `deployment` on their way (not resident)."""
+        out = list(self.new_supply.get(deployment, ()))
+        for r in self.state.replicas_of(deployment):
+            if r.phase is ReplicaPhase.LOADING:
+                out.append((max(r.ready_s, self.now), r.max_num_seqs))
+        for p in self.state.planned:
+            if p.deployment == deployment:
+                fit = self.state.fit(deployment, p.device)
+                out.append((p.ready_s, fit.max_num_seqs if fit else 1))
+        return sorted(out)
+
+    def batch_cap(self, deployment: str, device: str, items: Sequence[WorkItem], spare: int) -> int:
+        """How many of `items` a fresh replica of `deployment` on `device` can run at once:
+        its batch limit, and no more than the request memory beyond its footprint that `spare`
+        bytes allow (predicted peak memory grows with the batch)."""
+        fit = self.state.fit(deployment, device)
+        if fit is None or not items:
+            return 0
+        top = min(fit.max_num_seqs, len(items))
+        model, gpu = self.model(deployment), self.gpu(device)
+        max_in = max(it.envelope.max_input_len for it in items)
+        max_out = max(it.envelope.max_output_len for it in items)
+
+        def ok(n: int) -> bool:
+            peak = self.costs.peak_mem_bytes(model, gpu, n, max_in, max_out)
+            return peak - fit.footprint_bytes <= spare
+
+        lo, hi = 1, top  # at least one request runs: admission counts it then
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def supply_slots(self, deployment: str, items: Sequence[WorkItem]) -> list[Slots]:
+        """Where `items` of `deployment`, which no replica accepts now, can run next, per
+        replica: a serving one frees a slot as each request of its batch ends (this round's
+        submits included: its queue drains); a loading, planned or just-decided copy opens as
+        many slots as its batch cap allows (`batch_cap`) when its load ends. Replicas this
+        round reclaims are left out."""
+        out: list[Slots] = []
+        for r in self.state.replicas_of(deployment):
+            if r.name in self.leaving:
+                continue
+            gpu = self.gpu(r.device)
+            if r.serving:
+                ends = [max(a.predicted_end_s, self.now) for a in r.active]
+                ends += self.ends.get(r.name, [])
+                if ends:
+                    out.append(Slots(gpu, tuple(ends)))
+            elif r.phase is ReplicaPhase.LOADING:
+                at = max(r.ready_s, self.now)
+                n = self.batch_cap(deployment, r.device, items, self.ledger.headroom(r.device, at))
+                out.append(Slots(gpu, (at,) * n))
+        for p in self.state.planned:
+            if p.deployment == deployment:
+                spare = self.ledger.headroom(p.device, p.ready_s)
+                n = self.batch_cap(deployment, p.device, items, spare)
+                out.append(Slots(self.gpu(p.device), (p.ready_s,) * n))
+        for dev, ready in self.new_copies.get(deployment, ()):
+            spare = self.ledger.headroom(dev, ready)
+            n = self.batch_cap(deployment, dev, items, spare)
+            out.append(Slots(self.gpu(dev), (ready,) * n))
+        return out
+
+    def drain(self, slots: Sequence[Slots], items: Sequence[WorkItem]) -> list[tuple[float, int]]:
+        """Predicted (completion, slot group) of `items` in order, each on the group where it
+        completes first (list scheduling; each replica runs at the batch its slots hold);
+        (INF, -1) where there is no slot at all."""
+        heaps = [sorted(g.free_s) for g in slots]
+        out: list[tuple[float, int]] = []
+        for it in items:
+            model = self.model(it.deployment)
+            best: tuple[float, int] = (INF, -1)
+            for i, g in enumerate(slots):
+                if heaps[i]:
+                    rt = it.runtime_s(self.costs, model, g.gpu, len(g.free_s))
+                    t = heaps[i][0] + rt
+                    if t < best[0]:
+                        best = (t, i)
+            if best[1] >= 0:
+                heapq.heapreplace(heaps[best[1]], best[0])
+            out.append(best)
+        return out
+
+    def could_gain(
+        self, deployment: str, items: Sequence[WorkItem], base: Sequence[float], tie_s: float
+    ) -> bool:
+        """Whether a new copy of `deployment` could complete some item more than `tie_s` before
+        `base` (its completion on the supply there is): no copy is ready before a load from now
+        on its GPU, nor runs an item faster than alone."""
+        model = self.model(deployment)
+        gpus = {self.gpu(d.name) for d in self.state.devices if self.state.fit(deployment, d.name)}
+        earliest = {g: self.now + self.costs.load_s(model, g) for g in gpus}
+        return bool(earliest) and any(
+            b - min(t + it.runtime_s(self.costs, model, g) for g, t in earliest.items()) > tie_s
+            for it, b in zip(items, base, strict=True)
+        )
+
+    def slot_free_s(self, deployment: str) -> float:
+        """Earliest predicted free slot on a saturated resident replica of `deployment`."""
+        t = INF
+        for r in self.state.replicas_of(deployment):
+            if r.serving and r.active:
+                t = min(t, max(min(a.predicted_end_s for a in r.active), self.now))
+        return t
+
+    def has_copy(self, deployment: str) -> bool:
+        """A replica of `deployment` exists (not leaving) or is on its way."""
+        if self.supply(deployment):
+            return True
+        return any(
+            r.phase is not ReplicaPhase.UNLOADING for r in self.state.replicas_of(deployment)
+        )
+
+    def decisions(self) -> Decisions:
+        return Decisions(
+            submits=tuple(self.submits),
+            loads=tuple(self.loads),
+            unloads=tuple(self.unloads),
+            grants=tuple(self.grants),
+        )

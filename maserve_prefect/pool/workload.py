@@ -1,0 +1,396 @@
+"""Native traces as pool workloads: recorded work → `Workflow`s of `WorkUnit`s with arrivals.
+
+One idea: the *work* is recorded once — a native simulator run of a workflow (`run_native`) for
+a seed fixes every model call's input and output length and every dependency — and a pool
+experiment only varies lifecycle and placement. So each root of a trace becomes one pool
+`Workflow`: its model ops become `WorkUnit`s, and its non-model ops (tools, transforms, state
+reads and writes) are collapsed into edges. A model op waits for every model op it reaches
+backwards through required dependencies whose intermediate ops are all non-model
+(`collapsed_preds`), so the units' DAG has exactly the trace's model-to-model reachability.
+
+Known limit: a `WorkUnit` has no delay, so a tool's measured duration (and any controlled
+external delay) is folded into a zero-cost edge. `RootWork.folded_delay_s` keeps the total per
+root and the suite reports it (on the shipped workflows: the code-repair test runs, 1.5 s each).
+
+Models. Specs name *logical* deployments (`main`, `large`, `small`, `tiny`); the pool file the
+trace was recorded with (its manifest's `notes.pool`) maps them to models — the shipped default
+pool: tiny → Qwen3-0.6B, small → Qwen3-1.7B, main → Qwen3-8B, large → Qwen3-14B. To use all
+five Qwen3 sizes of the heterogeneous-pool experiment, `ROLE_MODELS` moves one role per
+workflow to Qwen3-4B, as the specs suggest:
+
+- math_ensemble: the five heterogeneous solvers get the five sizes — worker0 (large) 14B,
+  worker1 (main) 8B, worker2 (main) **4B**, worker3 (small) 1.7B, worker4 (tiny) 0.6B; the
+  refining writer (large) 14B;
+- code_repair: coder (main) 8B, diagnoser (small) 1.7B, reviewer (large) 14B, repairer (main)
+  **4B**, validator (tiny) 0.6B;
+- hierarchical_summary: rolling-summary chain a (main) **4B**, chain b (small) 1.7B, merge
+  (large) 14B, answer and edit (main) 8B.
+
+A unit's deployment is its model name, so every root needing a model shares that model's
+replicas (`run_pool` builds a default deployment per model name). Keys of `ROLE_MODELS` are the
+op's session within its root with iteration suffixes dropped (`repair#1.repairer` →
+`repair.repairer`), so every iteration of a loop maps alike.
+
+Sessions: `record_traces` realizes `users` roots per workflow for one seed (cached on disk, as
+JSON, under `$MASERVE_HOME/pool_traces/`); `build_workload` interleaves the roots of several
+workflows in a seeded order and gives them arrival offsets from an `ArrivalPattern` — burst (all
+at 0) or Poisson at a rate with seed `42 + run`.
+
+Examples:
+    >>> from maserve_prefect.trace.model import Dep, EdgeKind, Manifest, OpKind, OpRecord, Trace
+    >>> from maserve_prefect.trace.model import GenerationSettings as G
+    >>> m = lambda i, deps: OpRecord(op_id=f"r0/{i}", root_id="r0", kind=OpKind.MODEL,
+    ...     session_id=f"r0/{i}.x", generation=G(deployment="main"), num_input_tokens=10,
+    ...     num_output_tokens=5, deps=tuple(Dep(op_id=f"r0/{d}", kind=EdgeKind.DATA) for d in deps))
+    >>> tool = OpRecord(op_id="r0/t", root_id="r0", kind=OpKind.TOOL, tool_duration_s=1.5,
+    ...                 deps=(Dep(op_id="r0/a", kind=EdgeKind.DATA),))
+    >>> t = Trace(manifest=Manifest(trace_id="t"), ops=[m("a", []), tool, m("b", ["t"])])
+    >>> [work] = convert_trace(t, "demo", {"main": "Qwen3-8B"})
+    >>> [(u.unit_id, u.deployment, u.preds) for u in work.units]
+    [('demo/r0/a', 'Qwen3-8B', ()), ('demo/r0/b', 'Qwen3-8B', ('demo/r0/a',))]
+    >>> work.folded_delay_s
+    1.5
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.pool.inputs import Workflow
+from maserve_prefect.pool.window import WorkUnit
+from maserve_prefect.replay.arrivals import BurstArrivals, PoissonArrivals
+from maserve_prefect.settings import Settings
+from maserve_prefect.trace.model import SCHEMA_VERSION, OpKind, OpRecord, OpStatus, Trace
+
+POOL_MODELS = ("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B", "Qwen3-14B")
+"""The five model sizes of the heterogeneous-pool experiment."""
+
+WORKFLOWS = ("math_ensemble", "code_repair", "hierarchical_summary")
+"""The experiment's workflows (`flows/specs/`)."""
+
+ROLE_MODELS: Mapping[tuple[str, str], str] = {
+    ("math_ensemble", "solve.worker2"): "Qwen3-4B",
+    ("code_repair", "repair.repairer"): "Qwen3-4B",
+    ("hierarchical_summary", "chain_a1.summarizer"): "Qwen3-4B",
+    ("hierarchical_summary", "chain_a2.summarizer"): "Qwen3-4B",
+    ("hierarchical_summary", "chain_a3.summarizer"): "Qwen3-4B",
+}
+"""(workflow, session key) → model, overriding the pool file's model (module docstring)."""
+
+ARRIVAL_SEED = 42
+_ITERATION = re.compile(r"#\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class RootWork:
+    """One recorded root as pool work (arrival not yet chosen).
+
+    Attributes:
+        root_id: unique across workflows (`<workflow>/<recorded root id>`).
+        units: the root's model calls, preds/succs after collapsing non-model ops.
+        num_folded_ops: non-model ops collapsed into edges.
+        folded_delay_s: their recorded tool durations + external delays (not modelled).
+    """
+
+    root_id: str
+    workflow: str
+    units: tuple[WorkUnit, ...]
+    num_folded_ops: int
+    folded_delay_s: float
+
+    def at(self, arrival_s: float) -> Workflow:
+        """This root as a pool `Workflow` arriving `arrival_s` after the run starts."""
+        return Workflow(self.root_id, arrival_s, self.units, self.workflow)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models its units use, in `POOL_MODELS` order (others after, sorted)."""
+        used = {u.deployment for u in self.units}
+        return tuple(sorted(used, key=lambda m: (POOL_MODELS.index(m) if m in POOL_MODELS
+                                                 else len(POOL_MODELS), m)))  # fmt: skip
+
+
+def session_key(op: OpRecord) -> str:
+    """The op's session within its root, iteration suffixes dropped.
+
+    Examples:
+        >>> from maserve_prefect.trace.model import OpRecord, OpKind
+        >>> session_key(OpRecord(op_id="r/x", root_id="r0", kind=OpKind.MODEL,
+        ...                      session_id="r0/repair#2.repairer"))
+        'repair.repairer'
+    """
+    local = op.session_id.removeprefix(f"{op.root_id}/")
+    return _ITERATION.sub("", local)
+
+
+def recorded_models(trace: Trace) -> dict[str, str]:
+    """Logical deployment → model, from the pool file recorded in the trace's manifest.
+
+    Raises:
+        ConfigError: the manifest carries no pool (not a native run of this project).
+    """
+    pool = trace.manifest.notes.get("pool")
+    if not isinstance(pool, Mapping) or not pool.get("deployments"):
+        raise ConfigError(
+            f"trace {trace.manifest.trace_id}: the manifest has no `notes.pool.deployments`; "
+            "record it with flows.native.run_native or pass the deployment → model map"
+        )
+    out = {str(d["name"]): str(d["model"]) for d in pool["deployments"]}
+    aliases = pool.get("aliases") or {}
+    out |= {str(a): out[str(t)] for a, t in aliases.items() if str(t) in out}
+    return out
+
+
+def _final_attempts(trace: Trace) -> dict[str, OpRecord]:
+    """The completed attempt of every op (a later attempt supersedes an earlier one)."""
+    ops: dict[str, OpRecord] = {}
+    for op in sorted(trace.ops, key=lambda o: (o.op_id, o.attempt)):
+        if op.status is OpStatus.COMPLETED:
+            ops[op.op_id] = op
+    missing = sorted({o.op_id for o in trace.ops} - set(ops))
+    if missing:
+        raise ConfigError(
+            f"trace {trace.manifest.trace_id}: op {missing[0]!r} (and {len(missing) - 1} more) "
+            "never completed; convert only complete traces (the work must be known)"
+        )
+    return ops
+
+
+def collapsed_preds(ops: Mapping[str, OpRecord]) -> dict[str, tuple[str, ...]]:
+    """Per model op, the model ops it waits for through required deps, non-model ops collapsed.
+
+    A required dep on a model op is kept; a required dep on a non-model op is replaced by that
+    op's own collapsed predecessors (recursively), so tool / transform / state ops vanish while
+    every ordering they imposed between model ops stays.
+
+    Raises:
+        ConfigError: a dep names an op the trace does not hold.
+    """
+    memo: dict[str, frozenset[str]] = {}
+
+    def reach(op_id: str) -> frozenset[str]:
+        """Model ops reached backwards from `op_id`'s required deps (chains of non-model ops
+        are short, so plain recursion with a memo is enough)."""
+        if op_id not in memo:
+            found: set[str] = set()
+            for p in _required(ops, op_id):
+                found |= {p} if ops[p].kind is OpKind.MODEL else reach(p)
+            memo[op_id] = frozenset(found)
+        return memo[op_id]
+
+    out = {}
+    for op_id, op in ops.items():
+        if op.kind is not OpKind.MODEL:
+            continue
+        out[op_id] = tuple(sorted(reach(op_id)))
+    return out
+
+
+def _required(ops: Mapping[str, OpRecord], op_id: str) -> list[str]:
+    deps = [d.op_id for d in ops[op_id].deps if d.required]
+    for d in deps:
+        if d not in ops:
+            raise ConfigError(f"op {op_id!r}: dependency {d!r} is not in the trace")
+    return deps
+
+
+def model_of(
+    workflow: str,
+    op: OpRecord,
+    deployments: Mapping[str, str],
+    role_models: Mapping[tuple[str, str], str] = ROLE_MODELS,
+) -> str:
+    """The model serving model op `op` (module docstring: role override, else the pool file).
+
+    Raises:
+        ConfigError: the op has no deployment, or one the pool file does not map.
+    """
+    override = role_models.get((workflow, session_key(op)))
+    if override is not None:
+        return override
+    dep = op.generation.deployment if op.generation else ""
+    if dep not in deployments:
+        raise ConfigError(
+            f"op {op.op_id!r}: deployment {dep!r} is not in the recorded pool "
+            f"({', '.join(sorted(deployments))}); pass a deployment → model map that has it"
+        )
+    return deployments[dep]
+
+
+def convert_trace(
+    trace: Trace,
+    workflow: str,
+    deployments: Mapping[str, str] | None = None,
+    role_models: Mapping[tuple[str, str], str] = ROLE_MODELS,
+) -> list[RootWork]:
+    """Every root of a native trace as pool work, roots in id order (module docstring).
+
+    Args:
+        trace: a complete trace (every op has a completed attempt).
+        workflow: its workflow name; prefixes root and unit ids and keys `role_models`.
+        deployments: logical deployment → model (default: the trace's recorded pool file).
+        role_models: per-role model overrides.
+
+    Raises:
+        ConfigError: an incomplete trace, a dangling dep, or an unmapped deployment.
+    """
+    deps_map = recorded_models(trace) if deployments is None else dict(deployments)
+    ops = _final_attempts(trace)
+    preds = collapsed_preds(ops)
+    by_root: dict[str, list[OpRecord]] = {}
+    for op in ops.values():
+        by_root.setdefault(op.root_id, []).append(op)
+    out = []
+    for root in sorted(by_root):
+        rid = f"{workflow}/{root}"
+        mine = sorted(by_root[root], key=lambda o: o.op_id)
+        models = [o for o in mine if o.kind is OpKind.MODEL]
+        succs: dict[str, list[str]] = {o.op_id: [] for o in models}
+        for o in models:
+            for p in preds[o.op_id]:
+                succs[p].append(o.op_id)
+        units = tuple(
+            WorkUnit(
+                unit_id=f"{workflow}/{o.op_id}",
+                root_id=rid,
+                deployment=model_of(workflow, o, deps_map, role_models),
+                input_len=o.num_input_tokens,
+                max_tokens=o.num_output_tokens,
+                preds=tuple(f"{workflow}/{p}" for p in preds[o.op_id]),
+                succs=tuple(f"{workflow}/{s}" for s in sorted(succs[o.op_id])),
+                priority=o.generation.priority if o.generation else 0,
+                workflow=workflow,
+            )
+            for o in models
+        )
+        folded = [o for o in mine if o.kind is not OpKind.MODEL]
+        delay = sum((o.tool_duration_s or 0.0) + o.external_delay_s for o in folded)
+        out.append(RootWork(rid, workflow, units, len(folded), delay))
+    return out
+
+
+# -- sessions and arrivals ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalPattern:
+    """How sessions arrive: `burst` (all at 0) or `poisson` at `rate_per_s` (seed 42 + run).
+
+    Examples:
+        >>> ArrivalPattern("poisson", 0.15).offsets(3, run=0) == ArrivalPattern(
+        ...     "poisson", 0.15).offsets(3, run=0)
+        True
+        >>> ArrivalPattern("burst").offsets(2, run=3), ArrivalPattern("poisson", 0.075).name
+        ([0.0, 0.0], 'poisson-0.075')
+    """
+
+    kind: str
+    rate_per_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("burst", "poisson"):
+            raise ConfigError(f"arrival kind {self.kind!r}: use burst or poisson")
+        if self.kind == "poisson" and self.rate_per_s <= 0:
+            raise ConfigError(f"poisson arrivals need rate_per_s > 0, got {self.rate_per_s}")
+
+    @property
+    def name(self) -> str:
+        return "burst" if self.kind == "burst" else f"poisson-{self.rate_per_s:.3f}"
+
+    def offsets(self, n: int, run: int) -> list[float]:
+        """Arrival offsets of `n` sessions in run `run` (Poisson seed `ARRIVAL_SEED + run`)."""
+        if self.kind == "burst":
+            return BurstArrivals(0.0).offsets(n)
+        return PoissonArrivals(self.rate_per_s, ARRIVAL_SEED + run).offsets(n)
+
+
+def session_order(roots: Sequence[RootWork], seed: int) -> list[RootWork]:
+    """The roots in a seeded random order (workflows mixed), reproducible for a seed."""
+    ordered = sorted(roots, key=lambda r: r.root_id)
+    perm = np.random.default_rng(seed).permutation(len(ordered))
+    return [ordered[i] for i in perm]
+
+
+def build_workload(roots: Sequence[RootWork], pattern: ArrivalPattern, run: int) -> list[Workflow]:
+    """Pool workflows: `roots` in the seeded order of run `run`, timed by `pattern`.
+
+    Examples:
+        >>> u = WorkUnit("w/r/a", "w/r", "Qwen3-0.6B", 10, 5)
+        >>> [wf.arrival_s for wf in build_workload([RootWork("w/r", "w", (u,), 0, 0.0)],
+        ...                                        ArrivalPattern("burst"), 0)]
+        [0.0]
+    """
+    ordered = session_order(roots, ARRIVAL_SEED + run)
+    times = pattern.offsets(len(ordered), run)
+    return [r.at(t) for r, t in zip(ordered, times, strict=True)]
+
+
+# -- recording (cached) ----------------------------------------------------------------------
+
+
+def trace_cache_dir() -> Path:
+    """`$MASERVE_HOME/pool_traces` (where recorded native traces are kept)."""
+    return Settings.from_env().home / "pool_traces"
+
+
+def record_traces(
+    workflows: Sequence[str],
+    users: int,
+    seed: int,
+    *,
+    cache_dir: Path | None = None,
+) -> dict[str, Trace]:
+    """Native simulator traces of `users` roots per workflow for `seed`, recorded once.
+
+    A trace is realized with `run_native(workflow, users=users, seed=seed)` on the default pool
+    and kept as JSON under `cache_dir` (default `trace_cache_dir()`), keyed by workflow, seed,
+    users and a hash of the workflow's spec, the default pool file and the trace schema version;
+    later calls read the file (delete the folder after changing the simulator itself). Recording needs a Prefect
+    API (`prefect_server.ensure_server()` or a test harness); reading the cache does not.
+
+    Raises:
+        ConfigError: a root of the native run failed (the work would be incomplete).
+    """
+    from maserve_prefect.engines.poolfile import default_pool_file
+    from maserve_prefect.flows.native import run_native
+    from maserve_prefect.flows.workflows import get_workflow
+    from maserve_prefect.spec.io import spec_to_data
+
+    folder = cache_dir or trace_cache_dir()
+    pool = default_pool_file().model_dump_json(exclude={"source"})
+    out = {}
+    for name in workflows:
+        spec = json.dumps(spec_to_data(get_workflow(name).spec), sort_keys=True, default=str)
+        key = f"{SCHEMA_VERSION}\n{pool}\n{spec}"
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        path = folder / f"{name}-s{seed}-u{users}-{digest}.json"
+        if path.is_file():
+            out[name] = Trace.model_validate_json(path.read_text())
+            continue
+        run = run_native(name, users=users, seed=seed)
+        failed = [r for r in run.roots if r.error is not None]
+        if failed or len(run.roots) != users:
+            first = failed[0].error if failed else "missing roots"
+            raise ConfigError(
+                f"native run of {name} (seed {seed}, {users} users): {len(failed)} roots "
+                f"failed ({first}); fix the workflow before using it as pool work"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(run.trace.model_dump_json())
+        tmp.replace(path)
+        out[name] = run.trace
+    return out
+
+
+def workload_roots(traces: Mapping[str, Trace]) -> list[RootWork]:
+    """Every root of every workflow's trace as pool work (workflow order, then root id)."""
+    return [w for name, trace in traces.items() for w in convert_trace(trace, name)]

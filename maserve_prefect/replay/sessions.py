@@ -1,0 +1,395 @@
+"""Replay a `SessionSet` on simulated replicas through a harness-side admission queue.
+
+One idea: the harness, not the engine, decides *which waiting turn goes next*. Turns arrive into
+an admission queue in front of the replicas; a replica takes at most `max_in_flight` of this
+driver's requests at a time (default: its `max_num_seqs`, vLLM's cap on running sequences), and
+whenever a replica has room the *ordering hook* `order(waiting, now_s) -> [request_id, ...]`
+picks which waiting turns are submitted, in that order. This queue is where HEAR's ordering
+policies (FCFS, Cache-Aware, Guard-W) act: once a request is inside the engine, the engine's own
+scheduler (vLLM FCFS) decides. Ids the hook leaves out stay queued; an id that is not waiting, or
+appears twice, is an error.
+
+Timing:
+
+- open loop (`mode="open"`): each turn arrives at its recorded `arrival_s`, shifted so the
+  earliest turn lands at `start_s` (default: the clock's now);
+- closed loop (`mode="closed"`): a session's first turn arrives at its (shifted) `arrival_s`;
+  each later turn arrives `think_s` after the previous turn *completed*. A closed-loop turn that is
+  rejected or fails ends its session (the next prompt would hold an answer that never came); the
+  remaining turns are counted as skipped. Open-loop turns arrive regardless.
+
+Dispatch happens once per instant at which something arrived or finished (a NORMAL-priority
+kernel event, after the instant's arrivals and step ends, before the replicas' next step starts),
+so same-instant arrivals are ordered together. A session's turns go to the replica that served its
+first turn (`sticky=True`, default — the only place its prefix is cached); a first turn goes to
+the replica with room that has the fewest outstanding requests (ties by name).
+
+Results (`replay.session_results`): per turn, per session and the aggregates; TTFT is measured
+from the harness arrival. Everything runs on the kernel's virtual time and is deterministic for a
+given set, pool and hooks.
+
+The hook sees `QueuedTurn`s; `QueuedTurn.to_waiting()` gives the `protocol.views.WaitingRequest` a
+HEAR policy orders, so a policy plugs in as
+`order=lambda w, now: policy.order([q.to_waiting() for q in w], residency(), now)`.
+
+Examples:
+    >>> from maserve_prefect.clock.kernel import Kernel
+    >>> from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
+    >>> from maserve_prefect.workloads.scbench import generate_scbench
+    >>> k = Kernel(); pool = SimPool(k, ["H100:0"])
+    >>> _ = pool.load(Deployment("q", "Qwen3-0.6B"), "H100:0"); k.run()
+    >>> sset = generate_scbench(2, seed=0, context_tokens=(512, 512), max_turns=2, min_turns=2,
+    ...                         mean_turns=2)
+    >>> res = replay_sessions(sset, pool, deployment="q")
+    >>> res.status_counts(), res.reuse > 0
+    ({'completed': 4}, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from maserve_prefect.clock import NORMAL, URGENT
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.sim.pool.sim_pool import ReplicaStatus, SimPool
+from maserve_prefect.engines.sim.replica import SimReplica
+from maserve_prefect.errors import ConfigError, SimulationError
+from maserve_prefect.protocol.engine import Outcome, OutcomeStatus, Request
+from maserve_prefect.protocol.views import WaitingRequest
+from maserve_prefect.replay.session_results import SessionReplayResult, SessionResult, TurnResult
+from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
+
+__all__ = [
+    "CompleteHook",
+    "OrderHook",
+    "QueuedTurn",
+    "fcfs_order",
+    "replay_sessions",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedTurn:
+    """A turn waiting in the admission queue (what the ordering hook sees).
+
+    Attributes:
+        request_id: `"<session_id>/t<turn_index>"`.
+        arrival_s: when it entered the queue.
+        block_hashes: its prompt's prefix-block hashes (`block_size` tokens each).
+    """
+
+    request_id: str
+    session_id: str
+    turn_index: int
+    arrival_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+    block_hashes: tuple[int, ...]
+    block_size: int
+    role: str = ""
+    max_wait_s: float | None = None
+
+    def wait_s(self, now_s: float) -> float:
+        return now_s - self.arrival_s
+
+    def to_waiting(self) -> WaitingRequest:
+        """The HEAR view of this turn (for `hear.policies` ordering policies)."""
+        return WaitingRequest(
+            self.request_id,
+            self.arrival_s,
+            self.num_prompt_tokens,
+            self.block_hashes,
+            self.role,
+            self.max_wait_s,
+        )
+
+
+OrderHook = Callable[[Sequence[QueuedTurn], float], Sequence[str]]
+CompleteHook = Callable[[Session, Turn, TurnResult], None]
+
+
+def fcfs_order(waiting: Sequence[QueuedTurn], now_s: float) -> list[str]:
+    """First come, first served: harness arrival, ties by request id."""
+    return [q.request_id for q in sorted(waiting, key=lambda q: (q.arrival_s, q.request_id))]
+
+
+def _target_replicas(target: SimPool | Sequence[SimReplica], deployment: str) -> list[SimReplica]:
+    if isinstance(target, SimPool):
+        reps = [
+            p.engine
+            for p in target.pool_replicas()
+            if p.deployment.name == deployment and p.status is ReplicaStatus.READY
+        ]
+        if not reps:
+            raise ConfigError(
+                f"the pool has no READY replica of {deployment!r}; load one and run the clock "
+                "until its load ticket completes"
+            )
+        return sorted(reps, key=lambda r: r.name)
+    reps = list(target)
+    if not reps:
+        raise ConfigError("replay_sessions needs at least one replica")
+    if len({r.name for r in reps}) != len(reps):
+        raise ConfigError(f"replica names must be unique, got {[r.name for r in reps]}")
+    return reps
+
+
+class _Replay:
+    """The driver's state for one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        sset: SessionSet,
+        replicas: list[SimReplica],
+        clock: Kernel,
+        deployment: str,
+        order: OrderHook,
+        on_complete: CompleteHook | None,
+        max_in_flight: int | None,
+        sticky: bool,
+    ) -> None:
+        self.sset = sset
+        self.replicas = replicas
+        self.clock = clock
+        self.deployment = deployment
+        self.order = order
+        self.on_complete = on_complete
+        self.sticky = sticky
+        self.cap = {
+            r.name: (max_in_flight if max_in_flight is not None else r.config.max_num_seqs)
+            for r in replicas
+        }
+        self.in_flight = {r.name: 0 for r in replicas}
+        self.home: dict[str, SimReplica] = {}
+        self.waiting: dict[str, tuple[Session, Turn, QueuedTurn]] = {}
+        self.results: list[TurnResult] = []
+        self.submit_order: list[str] = []
+        self.skipped: Counter[str] = Counter()
+        self.num_open = sum(len(s.turns) for s in sset)  # turns not yet finished or skipped
+        self.dispatch_pending = False
+
+    # -- arrivals ---------------------------------------------------------------------------
+
+    def schedule(self, start_s: float) -> None:
+        closed = self.sset.mode == "closed"
+        firsts = [s.turns[0].arrival_s for s in self.sset]
+        allt = firsts if closed else [t.arrival_s for s in self.sset for t in s.turns]
+        t0 = min(t for t in allt if t is not None)
+        for s in self.sset:
+            for t in s.turns[:1] if closed else s.turns:
+                assert t.arrival_s is not None  # SessionSet checked the mode's times
+                at = start_s + (t.arrival_s - t0)
+                self.clock.call_at(at, partial(self.arrive, s, t), URGENT, "session arrival")
+
+    def arrive(self, s: Session, t: Turn) -> None:
+        rid = s.request_id(t.turn_index)
+        q = QueuedTurn(
+            rid,
+            s.session_id,
+            t.turn_index,
+            self.clock.now(),
+            t.num_prompt_tokens,
+            t.num_output_tokens,
+            t.prefix_block_hashes,
+            t.block_size,
+        )
+        self.waiting[rid] = (s, t, q)
+        self.request_dispatch()
+
+    # -- admission --------------------------------------------------------------------------
+
+    def request_dispatch(self) -> None:
+        if not self.dispatch_pending:
+            self.dispatch_pending = True
+            self.clock.call_at(self.clock.now(), self.dispatch, NORMAL, "session dispatch")
+
+    def has_room(self, r: SimReplica) -> bool:
+        return r.accepting and self.in_flight[r.name] < self.cap[r.name]
+
+    def pick(self, session_id: str) -> SimReplica | None:
+        home = self.home.get(session_id)
+        if self.sticky and home is not None:
+            return home if self.has_room(home) else None
+        best: SimReplica | None = None
+        for r in self.replicas:
+            if self.has_room(r) and (
+                best is None or (r.num_outstanding, r.name) < (best.num_outstanding, best.name)
+            ):
+                best = r
+        return best
+
+    def dispatch(self) -> None:
+        self.dispatch_pending = False
+        if not self.waiting or not any(self.has_room(r) for r in self.replicas):
+            return
+        now = self.clock.now()
+        ranked = list(self.order([w[2] for w in self.waiting.values()], now))
+        if len(set(ranked)) != len(ranked):
+            raise ConfigError(f"the ordering hook returned duplicate ids: {ranked[:10]}")
+        for rid in ranked:
+            if rid not in self.waiting:
+                raise ConfigError(
+                    f"the ordering hook returned {rid!r}, which is not waiting; return ids of "
+                    "the waiting turns it was given"
+                )
+        for rid in ranked:
+            s, t, q = self.waiting[rid]
+            rep = self.pick(s.session_id)
+            if rep is None:
+                if not any(self.has_room(r) for r in self.replicas):
+                    break
+                continue
+            del self.waiting[rid]
+            self.submit(s, t, q, rep)
+
+    def submit(self, s: Session, t: Turn, q: QueuedTurn, rep: SimReplica) -> None:
+        req = Request(
+            q.request_id,
+            self.deployment,
+            num_prompt_tokens=t.num_prompt_tokens,
+            prefix_block_hashes=t.prefix_block_hashes,
+            prefix_block_size=t.block_size if t.prefix_block_hashes else 0,
+            max_tokens=t.num_output_tokens,
+            min_tokens=t.num_output_tokens,
+            tags={"session_id": s.session_id, "turn_index": str(t.turn_index)},
+        )
+        now = self.clock.now()
+        self.submit_order.append(q.request_id)
+        self.home.setdefault(s.session_id, rep)
+        ticket = rep.submit(req)
+        if not ticket.accepted:
+            res = TurnResult(
+                s.session_id, t.turn_index, q.request_id, rep.name, "rejected", ticket.reason,
+                q.arrival_s, now, None, now, t.num_prompt_tokens, 0, 0, 0,
+            )  # fmt: skip
+            self.finish(s, t, res)
+            return
+        self.in_flight[rep.name] += 1
+        ticket.on_done(partial(self.done, s, t, q, rep.name, now))
+
+    # -- completion -------------------------------------------------------------------------
+
+    def done(
+        self, s: Session, t: Turn, q: QueuedTurn, replica: str, submit_s: float, out: Outcome
+    ) -> None:
+        self.in_flight[replica] -= 1
+        assert self.in_flight[replica] >= 0, f"{replica}: more completions than submissions"
+        ok = out.status is OutcomeStatus.COMPLETED and out.first_token_s is not None
+        res = TurnResult(
+            s.session_id, t.turn_index, q.request_id, replica,
+            "completed" if ok else "failed", out.error or "", q.arrival_s, submit_s,
+            out.first_token_s, out.finish_s, out.num_prompt_tokens, out.num_output_tokens,
+            out.num_cached_tokens, out.num_preemptions,
+        )  # fmt: skip
+        self.finish(s, t, res)
+        self.request_dispatch()
+
+    def finish(self, s: Session, t: Turn, res: TurnResult) -> None:
+        self.results.append(res)
+        self.num_open -= 1
+        if self.on_complete is not None:
+            self.on_complete(s, t, res)
+        if self.sset.mode != "closed":
+            return
+        rest = len(s.turns) - t.turn_index - 1
+        if res.status != "completed":
+            self.skipped[s.session_id] += rest
+            self.num_open -= rest
+        elif rest:
+            nxt = s.turns[t.turn_index + 1]
+            assert nxt.think_s is not None  # SessionSet checked the mode's times
+            at = max(res.finish_s, self.clock.now()) + nxt.think_s
+            self.clock.call_at(at, partial(self.arrive, s, nxt), URGENT, "session think")
+
+    # -- run --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        clock = self.clock
+        while self.num_open > 0:
+            if math.isinf(clock.peek()):
+                raise SimulationError(
+                    f"session replay stuck: {self.num_open} turns unfinished, "
+                    f"{len(self.waiting)} waiting in the admission queue and no event pending "
+                    "(does the ordering hook hold every waiting turn back?)"
+                )
+            try:
+                clock.step()
+            except SimulationError as exc:
+                # the kernel wraps callback errors; a bad hook answer is the caller's config
+                if isinstance(exc.__cause__, ConfigError):
+                    raise exc.__cause__ from None
+                raise
+
+    def result(self, start_s: float) -> SessionReplayResult:
+        by_session: dict[str, list[TurnResult]] = {}
+        for r in self.results:
+            by_session.setdefault(r.session_id, []).append(r)
+        sessions = []
+        for s in self.sset:
+            rs = by_session.get(s.session_id, [])
+            sessions.append(
+                SessionResult(
+                    s.session_id,
+                    min((r.arrival_s for r in rs), default=start_s),
+                    max((r.finish_s for r in rs), default=start_s),
+                    len(s.turns),
+                    sum(r.status == "completed" for r in rs),
+                    self.skipped[s.session_id],
+                )
+            )
+        turns = sorted(self.results, key=lambda r: (r.session_id, r.turn_index))
+        end = max((r.finish_s for r in turns), default=start_s)
+        return SessionReplayResult(
+            self.sset.content_hash(), self.sset.mode, start_s, end, turns, sessions,
+            list(self.submit_order),
+        )  # fmt: skip
+
+
+def replay_sessions(
+    sset: SessionSet,
+    target: SimPool | Sequence[SimReplica],
+    *,
+    deployment: str = "",
+    order: OrderHook = fcfs_order,
+    on_complete: CompleteHook | None = None,
+    max_in_flight: int | None = None,
+    sticky: bool = True,
+    start_s: float | None = None,
+) -> SessionReplayResult:
+    """Run every session of `sset` to its end on `target` (see the module docstring).
+
+    Args:
+        sset: the recorded workload.
+        target: a `SimPool` (its READY replicas of `deployment`) or `SimReplica`s on one kernel.
+        deployment: the deployment name requests address ("" for bare replicas that accept any).
+        order: the admission-queue ordering hook (default FCFS).
+        on_complete: called as `on_complete(session, turn, result)` when a turn ends (any
+            status), before a closed-loop session's next turn is scheduled.
+        max_in_flight: this driver's cap on requests inside each replica (default: the
+            replica's `max_num_seqs`).
+        sticky: keep a session's turns on the replica that served its first turn.
+        start_s: where the earliest arrival lands (default: the clock's now).
+
+    Raises:
+        ConfigError: no usable replica, `max_in_flight < 1`, or the hook returned bad ids.
+        SimulationError: nothing left to happen while turns are unfinished.
+    """
+    if max_in_flight is not None and max_in_flight < 1:
+        raise ConfigError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    if not len(sset):
+        raise ConfigError("the session set is empty; nothing to replay")
+    replicas = _target_replicas(target, deployment)
+    clock = replicas[0].clock
+    if not isinstance(clock, Kernel):
+        raise ConfigError("session replay needs replicas on a virtual-time Kernel")
+    if any(r.clock is not clock for r in replicas):
+        raise ConfigError("all replicas must share one kernel")
+    start = clock.now() if start_s is None else start_s
+    replay = _Replay(sset, replicas, clock, deployment, order, on_complete, max_in_flight, sticky)
+    replay.schedule(start)
+    replay.run()
+    return replay.result(start)

@@ -1,0 +1,72 @@
+"""Factories for simulator tests: a tiny hand-computable step-cost model and replica builders.
+
+`LinearCost`: a step costs `per_token_s * M + per_context_s * Σ(new_i * ctx_i) + overhead_s`
+(M = scheduled tokens). On an all-decode step of n sequences this is
+`per_token_s * n + overhead_s + per_context_s * Σ ctx_i`, which `decode_affine` returns exactly.
+Defaults (1 ms per token, 10 ms overhead, no context term) make times easy to compute by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
+from maserve_prefect.engines.sim.replica import SimReplica
+from maserve_prefect.engines.sim.step.loop import LogEntry
+from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
+from maserve_prefect.protocol.engine import Request
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCost:
+    per_token_s: float = 0.001
+    per_context_s: float = 0.0
+    overhead_s: float = 0.010
+
+    def step_cost(self, chunks: Sequence[ScheduledChunk]) -> StepCost:
+        m = sum(c.num_new_tokens for c in chunks)
+        att = self.per_context_s * sum(c.num_new_tokens * c.num_context_tokens for c in chunks)
+        return StepCost(self.per_token_s * m, att, 0.0, self.overhead_s)
+
+    def decode_affine(self, num_seqs: int) -> DecodeAffine:
+        return DecodeAffine(
+            num_seqs, self.per_token_s * num_seqs, 0.0, self.overhead_s, self.per_context_s
+        )
+
+
+def make_replica(
+    num_blocks: int = 64,
+    *,
+    cost: LinearCost | None = None,
+    kernel: Kernel | None = None,
+    log: list[LogEntry] | None = None,
+    check: bool = True,
+    **config: object,
+) -> tuple[Kernel, SimReplica]:
+    """A kernel and one replica with small explicit KV capacity (block_size 16 unless given)."""
+    k = kernel if kernel is not None else Kernel()
+    cfg = SchedulerConfig(**config)  # type: ignore[arg-type]
+    rep = SimReplica(
+        k, cost or LinearCost(), num_blocks, cfg, name="r0", log=log, check_invariants=check
+    )
+    return k, rep
+
+
+def req(rid: str, prompt: int, out: int, **kw: object) -> Request:
+    """A length-only request."""
+    return Request(rid, "", num_prompt_tokens=prompt, max_tokens=out, **kw)  # type: ignore[arg-type]
+
+
+def submit_at(k: Kernel, rep: SimReplica, t: float, request: Request) -> None:
+    """Submit `request` at virtual time `t`."""
+    k.call_at(t, lambda: rep.submit(request))
+
+
+def assert_log(log: list[LogEntry], expected: list[LogEntry]) -> None:
+    """Events, ids and details exactly; times to 1e-12."""
+    assert [e[1:] for e in log] == [e[1:] for e in expected]
+    assert [e[0] for e in log] == pytest.approx([e[0] for e in expected], abs=1e-12)

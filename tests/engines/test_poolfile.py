@@ -1,0 +1,63 @@
+"""Pool files: the shipped default loads and places; bad files name the file and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.engines.poolfile import build_sim_pool, default_pool_file, load_pool_file
+from maserve_prefect.errors import ConfigError
+
+
+def test_default_pool_loads_every_placement_warm() -> None:
+    pool_file = default_pool_file()
+    kernel = Kernel()
+    pool = build_sim_pool(pool_file, kernel)
+    assert len(pool.replicas()) == len(pool_file.placements)
+    assert kernel.now() > 0  # loads took (virtual) time before the pool is handed over
+    assert pool_file.resolve("some-spec-name") == pool_file.default
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- just\n- a list\n", "expected a mapping"),
+        ("devices: [H100:0]\n  bad: [\n", "cannot read it"),
+        (
+            "devices: [H100:0]\ndeployments: [{name: m, model: Qwen3-8B}]\n"
+            "placements: [{deployment: m, device: H100:9}]\n",
+            "unknown device 'H100:9'",
+        ),
+    ],
+)
+def test_bad_pool_file_names_file_and_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_pool_file(path)
+    assert str(path) in str(info.value)
+
+
+def test_host_kv_tier_from_a_pool_file() -> None:
+    from maserve_prefect.clock.kernel import Kernel
+    from maserve_prefect.engines.poolfile import PoolFile, build_sim_pool
+
+    pf = PoolFile.model_validate(
+        {
+            "devices": ["H100:0", "H100:1"],
+            "deployments": [
+                {"name": "main", "model": "Qwen3-0.6B", "host_kv_gib": 4},
+                {"name": "side", "model": "Qwen3-0.6B"},
+            ],
+            "placements": [
+                {"deployment": "main", "device": "H100:0"},
+                {"deployment": "side", "device": "H100:1"},
+            ],
+            "default": "main",
+        }
+    )
+    pool = build_sim_pool(pf, Kernel())
+    caps = {r.deployment: r.hear_capabilities() for r in pool.replicas()}
+    assert len(caps["main"].kv_tiers) == 2 and len(caps["side"].kv_tiers) == 1

@@ -1,0 +1,25 @@
+"""Pool-executor inputs: workflows and options are frozen values with documented defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from maserve_prefect.pool.inputs import GIB, REVEAL_MODES, ExecOptions, Workflow
+from maserve_prefect.pool.window import WorkUnit
+
+
+def test_defaults_are_the_full_joint_runtime() -> None:
+    opts = ExecOptions()
+    assert (opts.fusion, opts.prefetch, opts.coalesce) == (True, True, True)
+    assert opts.reveal == REVEAL_MODES[0] == "arrival"
+    assert opts.kv_cache_bytes == 2 * GIB and opts.warm == () and opts.requests is None
+
+
+def test_inputs_are_frozen() -> None:
+    wf = Workflow("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-0.6B", 10, 2),))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        wf.arrival_s = 1.0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ExecOptions().reveal = "released"  # type: ignore[misc]
