@@ -42,7 +42,8 @@ from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
 from maserve_prefect.errors import ConfigError, SimulationError
-from maserve_prefect.protocol.engine import Acceptance, Outcome, Request
+from maserve_prefect.protocol.outcomes import Acceptance, Outcome
+from maserve_prefect.protocol.requests import Request
 
 __all__ = [
     "BatchRun",

@@ -20,7 +20,8 @@ from maserve_prefect.tasks.ops_common import op_task, this_op
 from maserve_prefect.tasks.tokens import chat_token_ids, count_tokens
 
 from maserve_prefect.errors import EngineError
-from maserve_prefect.protocol.engine import OutcomeStatus, Request
+from maserve_prefect.protocol.outcomes import OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.taskrunner.harness import Harness
 from maserve_prefect.taskrunner.oprun import OpRun
 from maserve_prefect.trace.cas import canonical_json

@@ -24,7 +24,7 @@ from rich.table import Table
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
 from maserve_prefect.errors import ConfigError, MaserveError
-from maserve_prefect.protocol.engine import Acceptance
+from maserve_prefect.protocol.outcomes import Acceptance
 from maserve_prefect.replay.requests import ReplayProgress, ReplayResult, replay_requests
 from maserve_prefect.trace.model import Trace
 

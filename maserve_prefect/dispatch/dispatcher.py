@@ -40,16 +40,11 @@ from maserve_prefect.clock.kernel import LATE
 from maserve_prefect.dispatch.plans import Decisions, Plan, ReplicaView, Snapshot, Unit, get_plan
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.window import WorkUnit
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    Control,
-    EngineState,
-    Outcome,
-    OutcomeStatus,
-    Replica,
-    Request,
-    Ticket,
-)
+from maserve_prefect.protocol.controls import Control
+from maserve_prefect.protocol.engine import Replica
+from maserve_prefect.protocol.outcomes import Acceptance, Outcome, OutcomeStatus, Ticket
+from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import EngineState
 
 if TYPE_CHECKING:
     from maserve_prefect.pool.control import PoolController

@@ -23,7 +23,7 @@ from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.protocol.engine import Acceptance
+from maserve_prefect.protocol.outcomes import Acceptance
 from maserve_prefect.yamlfiles import read_yaml_mapping
 
 DEFAULT_POOL = Path(__file__).parent / "pools" / "default.yaml"

@@ -72,7 +72,8 @@ from maserve_prefect.pool.state import (
     deployment_info,
 )
 from maserve_prefect.pool.window import DagStats, UnitStatus, WorkUnit, build_window, dag_stats
-from maserve_prefect.protocol.engine import Acceptance, LifecycleTicket
+from maserve_prefect.protocol.engine import LifecycleTicket
+from maserve_prefect.protocol.outcomes import Acceptance
 
 DEFAULT_OUTPUT_LIMIT = 1024
 """Output tokens assumed for a revealed unit until its request is known: the limit a model op

@@ -58,7 +58,8 @@ from maserve_prefect.pool.results import OpResult, PoolRunResult
 from maserve_prefect.pool.snapshot import PlanOptions
 from maserve_prefect.pool.state import CostModel, RooflineCostModel
 from maserve_prefect.pool.window import UnitStatus, WorkUnit
-from maserve_prefect.protocol.engine import Outcome, OutcomeStatus, Request
+from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 
 __all__ = ["run_pool"]
 

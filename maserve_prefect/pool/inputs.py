@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from maserve_prefect.pool.window import WorkUnit
-from maserve_prefect.protocol.engine import Request
+from maserve_prefect.protocol.requests import Request
 
 __all__ = ["GIB", "REVEAL_MODES", "ExecOptions", "Workflow"]
 

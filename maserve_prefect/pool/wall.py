@@ -51,12 +51,8 @@ from maserve_prefect.pool.state import (
     RooflineCostModel,
     deployment_info,
 )
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    LifecycleAction,
-    LifecycleTicket,
-    Replica,
-)
+from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket, Replica
+from maserve_prefect.protocol.outcomes import Acceptance
 
 if TYPE_CHECKING:
     from maserve_prefect.engines.openai.engine import OpenAIEngine

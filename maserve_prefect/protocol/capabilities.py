@@ -14,7 +14,7 @@ UNSUPPORTED itself (as `Channel.submit` does), never drop it in silence.
 Fallbacks are not chained: a fallback control's own `fallback` tuple is ignored.
 
 Examples:
-    >>> from maserve_prefect.protocol.engine import Capabilities
+    >>> from maserve_prefect.protocol.capabilities import Capabilities
     >>> base = Capabilities((ExecutionMode,), True, True, False, True, False, (), ("default",))
     >>> caps = HearCapabilities.from_engine(base, cache_controls={CacheOp.RETAIN})
     >>> support_reason(ExecutionMode("default"), caps)
@@ -45,7 +45,21 @@ from maserve_prefect.protocol.controls import (
     Priority,
     Tier,
 )
-from maserve_prefect.protocol.engine import Capabilities
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can honour; a control type not listed is unsupported."""
+
+    control_types: tuple[type[Control], ...]
+    accepts_token_ids: bool
+    length_lock: bool
+    priority_scheduling: bool
+    prefix_caching: bool
+    kv_events: bool
+    sleep_levels: tuple[int, ...]
+    modes: tuple[str, ...]
+
 
 _CACHE_TYPES: dict[CacheOp, type[Control]] = {
     CacheOp.PREPARE: CachePrepare,

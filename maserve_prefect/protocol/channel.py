@@ -22,8 +22,11 @@ from collections.abc import Sequence
 from maserve_prefect.errors import RequestError
 from maserve_prefect.protocol.capabilities import HearCapabilities, usable
 from maserve_prefect.protocol.controls import Control, Force
-from maserve_prefect.protocol.engine import Acceptance, EngineState, Replica, Request, Ticket
+from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.protocol.intents import IntentMessage, encode_intent
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import EngineState
 
 
 class IntentLog:

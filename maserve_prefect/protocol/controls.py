@@ -35,10 +35,40 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from typing import Any
 
 from maserve_prefect.errors import RequestError
-from maserve_prefect.protocol.engine import Control, ExecutionMode, Force, Priority
 from maserve_prefect.protocol.subjects import ContextRef
+
+
+class Force(IntEnum):
+    """How binding a control is."""
+
+    PREFERENCE = 0
+    REQUIREMENT = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Control:
+    """Base of typed controls: a force and the fallbacks the caller allows (in order)."""
+
+    force: Force = Force.PREFERENCE
+    fallback: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Priority(Control):
+    """Run with this scheduling priority (lower first)."""
+
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionMode(Control):
+    """Run in a named execution mode (e.g. "default", "eager"); fallback lists other modes."""
+
+    mode: str
+
 
 __all__ = [
     "CacheOp",

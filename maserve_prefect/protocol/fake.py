@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from maserve_prefect.errors import RequestError
-from maserve_prefect.protocol.capabilities import HearCapabilities
+from maserve_prefect.protocol.capabilities import Capabilities, HearCapabilities
 from maserve_prefect.protocol.channel import IntentLog
 from maserve_prefect.protocol.controls import (
     CacheOp,
@@ -39,12 +39,13 @@ from maserve_prefect.protocol.controls import (
     CacheRelease,
     CacheRetain,
     Control,
+    ExecutionMode,
     Force,
     MaxWait,
     OrderingKey,
+    Priority,
     Tier,
 )
-from maserve_prefect.protocol.engine import Capabilities, ExecutionMode, Priority
 from maserve_prefect.protocol.force import Resolution, resolve
 from maserve_prefect.protocol.intents import IntentMessage
 from maserve_prefect.protocol.outcomes import (

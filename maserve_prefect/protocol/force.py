@@ -21,7 +21,7 @@ HEAR rules hold by construction:
 A used fallback is applied with the force of the control it stands in for.
 
 Examples:
-    >>> from maserve_prefect.protocol.engine import Capabilities
+    >>> from maserve_prefect.protocol.capabilities import Capabilities
     >>> caps = Capabilities((ExecutionMode, Priority), True, True, True, True, False, (),
     ...                     ("default", "eager"))
     >>> res = resolve([Priority(5), Priority(1, force=Force.REQUIREMENT),
@@ -40,7 +40,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from maserve_prefect.errors import RequestError
-from maserve_prefect.protocol.capabilities import HearCapabilities, alternatives, support_reason
+from maserve_prefect.protocol.capabilities import (
+    Capabilities,
+    HearCapabilities,
+    alternatives,
+    support_reason,
+)
 from maserve_prefect.protocol.controls import (
     CachePrepare,
     CacheRelease,
@@ -52,9 +57,14 @@ from maserve_prefect.protocol.controls import (
     OrderingKey,
     Priority,
 )
-from maserve_prefect.protocol.engine import Acceptance, Capabilities, Intent
-from maserve_prefect.protocol.intents import IntentMessage
-from maserve_prefect.protocol.outcomes import Accepted, FallbackUsed, Realization, Unsupported
+from maserve_prefect.protocol.intents import Intent, IntentMessage
+from maserve_prefect.protocol.outcomes import (
+    Acceptance,
+    Accepted,
+    FallbackUsed,
+    Realization,
+    Unsupported,
+)
 from maserve_prefect.protocol.state import ResidencyView, StateReport
 from maserve_prefect.protocol.subjects import Subject
 

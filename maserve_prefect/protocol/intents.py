@@ -24,13 +24,23 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, TypeVar
 
 from maserve_prefect.errors import RequestError
-from maserve_prefect.protocol.engine import Intent
 from maserve_prefect.protocol.subjects import ContextRef, RequestRef, subject_key
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """Information only (role, dependencies, future reuse); engines record it, never act on it."""
+
+    kind: str
+    request_id: str | None = None
+    payload: Mapping[str, str] = field(default_factory=dict)
+
 
 T = TypeVar("T")
 

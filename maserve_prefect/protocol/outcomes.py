@@ -22,20 +22,153 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
 
-from maserve_prefect.errors import EngineError
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    Attempt,
-    Control,
-    Outcome,
-    OutcomeStatus,
-    Ticket,
-)
+from maserve_prefect.clock import Clock, ClockFuture
+from maserve_prefect.errors import EngineError, UnsupportedError
+from maserve_prefect.protocol.controls import Control
 from maserve_prefect.protocol.subjects import RequestRef, Subject, subject_key
+
+
+class Acceptance(Enum):
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    UNSUPPORTED = "unsupported"
+
+
+class OutcomeStatus(Enum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a request at an engine (real engines retry 5xx, connection errors, timeouts).
+
+    Times are on the engine's clock (seconds); `error` is None for the attempt that succeeded.
+    """
+
+    number: int
+    start_s: float
+    end_s: float
+    error: str | None = None
+    status_code: int | None = None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The final word on an accepted request. Times are on the engine's clock (seconds)."""
+
+    request_id: str
+    status: OutcomeStatus
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_cached_tokens: int
+    num_preemptions: int
+    realized_mode: str
+    arrival_s: float
+    first_scheduled_s: float | None
+    first_token_s: float | None
+    finish_s: float
+    notes: tuple[str, ...] = ()
+    error: str | None = None
+    output_text: str | None = None
+    output_token_ids: tuple[int, ...] | None = None
+    attempts: tuple[Attempt, ...] = ()
+    num_cached_host_tokens: int = 0
+    """Of `num_cached_tokens`, those loaded from a host (CPU) KV tier; 0 without one or when
+    the engine cannot tell (the OpenAI/vLLM side)."""
+
+
+class Ticket:
+    """The answer to `submit`: acceptance at once, then first token and outcome via callbacks.
+
+    Examples:
+        >>> t = Ticket("r1", Acceptance.ACCEPTED)
+        >>> seen = []
+        >>> t.on_first_token(seen.append)
+        >>> t.resolve_first_token(0.5)
+        >>> seen
+        [0.5]
+    """
+
+    __slots__ = (
+        "_done_cbs",
+        "_first_cbs",
+        "acceptance",
+        "first_token_s",
+        "notes",
+        "outcome",
+        "reason",
+        "request_id",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        acceptance: Acceptance,
+        reason: str = "",
+        notes: tuple[str, ...] = (),
+    ) -> None:
+        self.request_id = request_id
+        self.acceptance = acceptance
+        self.reason = reason
+        self.notes = notes
+        self.first_token_s: float | None = None
+        self.outcome: Outcome | None = None
+        self._first_cbs: list[Callable[[float], None]] = []
+        self._done_cbs: list[Callable[[Outcome], None]] = []
+
+    @property
+    def accepted(self) -> bool:
+        return self.acceptance is Acceptance.ACCEPTED
+
+    def on_first_token(self, cb: Callable[[float], None]) -> None:
+        """Call `cb(first_token_s)` when the first token exists (at once if it already does)."""
+        if self.first_token_s is not None:
+            cb(self.first_token_s)
+        else:
+            self._first_cbs.append(cb)
+
+    def on_done(self, cb: Callable[[Outcome], None]) -> None:
+        """Call `cb(outcome)` when the request ends (at once if it already has)."""
+        if self.outcome is not None:
+            cb(self.outcome)
+        else:
+            self._done_cbs.append(cb)
+
+    def wait_done(self, clock: Clock) -> ClockFuture:
+        """An awaitable for the outcome on `clock` (kernel process or asyncio task alike).
+
+        Raises:
+            UnsupportedError: the ticket was not accepted, so no outcome will come.
+        """
+        if not self.accepted:
+            raise UnsupportedError(
+                f"request {self.request_id!r} was {self.acceptance.value}: {self.reason}; "
+                "check ticket.acceptance before waiting"
+            )
+        fut = clock.create_future()
+        self.on_done(fut.set_result)
+        return fut
+
+    def resolve_first_token(self, t_s: float) -> None:
+        """Engine side: record the first token time and notify."""
+        self.first_token_s = t_s
+        cbs, self._first_cbs = self._first_cbs, []
+        for cb in cbs:
+            cb(t_s)
+
+    def resolve(self, outcome: Outcome) -> None:
+        """Engine side: record the outcome and notify."""
+        self.outcome = outcome
+        cbs, self._done_cbs = self._done_cbs, []
+        for cb in cbs:
+            cb(outcome)
 
 
 class OutcomeKind(Enum):

@@ -31,6 +31,32 @@ from maserve_prefect.protocol.subjects import ContextRef, InstanceRef
 
 
 @dataclass(frozen=True, slots=True)
+class EngineState:
+    """A snapshot of one replica (never aliases live state)."""
+
+    name: str
+    deployment: str
+    lifecycle: str
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    num_free_blocks: int
+    num_total_blocks: int
+    block_size: int
+    counters: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    """One device's memory as a Pool reports it."""
+
+    device: str
+    total_bytes: int
+    used_bytes: int
+    residents: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PrefixRange:
     """A run of resident prefix blocks in one tier (`subject` when the engine knows the context)."""
 

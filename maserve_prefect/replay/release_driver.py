@@ -34,7 +34,8 @@ from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.plans import Unit
 from maserve_prefect.engines.poolfile import PoolFile
 from maserve_prefect.errors import SimulationError, TraceValidationError
-from maserve_prefect.protocol.engine import Outcome, OutcomeStatus, Replica
+from maserve_prefect.protocol.engine import Replica
+from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.replay.requests import op_submit_time
 from maserve_prefect.replay.work import InputLock, deployment_of, model_request, op_duration
 from maserve_prefect.trace.cas import BlobStore

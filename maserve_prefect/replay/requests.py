@@ -50,7 +50,8 @@ from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.engines.sim.stats import Summary, summarize, time_weighted_mean, window_max
 from maserve_prefect.engines.sim.step.records import SERIES
 from maserve_prefect.errors import ConfigError, SimulationError
-from maserve_prefect.protocol.engine import Outcome, Request
+from maserve_prefect.protocol.outcomes import Outcome
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.trace.model import OpKind, OpRecord, Trace
 
 POLICIES = ("arrival",)

@@ -58,7 +58,8 @@ from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.pool.sim_pool import ReplicaStatus, SimPool
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError, SimulationError
-from maserve_prefect.protocol.engine import Outcome, OutcomeStatus, Request
+from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.views import WaitingRequest
 from maserve_prefect.replay.session_results import SessionReplayResult, SessionResult, TurnResult
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn

@@ -33,7 +33,8 @@ from collections.abc import Iterable
 from enum import StrEnum
 
 from maserve_prefect.errors import BlobNotFoundError, ConfigError, UnsupportedError
-from maserve_prefect.protocol.engine import Replica, Request
+from maserve_prefect.protocol.engine import Replica
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.replay.requests import op_request
 from maserve_prefect.tasks.tokens import chat_token_ids
 from maserve_prefect.trace.cas import BlobStore

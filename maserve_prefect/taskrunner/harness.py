@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.plans import Unit
 from maserve_prefect.errors import ConfigError, TraceValidationError
-from maserve_prefect.protocol.engine import Control, Outcome, OutcomeStatus, Request
+from maserve_prefect.protocol.controls import Control
+from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.taskrunner.lockstep import Gate
 from maserve_prefect.taskrunner.memory_store import StateStore
 from maserve_prefect.taskrunner.oprun import OpCounter, OpRun, Scope

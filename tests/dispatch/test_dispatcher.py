@@ -9,7 +9,8 @@ from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.plans import Unit
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.protocol.engine import OutcomeStatus, Request
+from maserve_prefect.protocol.outcomes import OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 
 
 def test_units_of_a_dead_deployment_fail_instead_of_waiting_forever() -> None:

@@ -21,7 +21,8 @@ from maserve_prefect.dispatch.plans import (
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.protocol.engine import Outcome, Request
+from maserve_prefect.protocol.outcomes import Outcome
+from maserve_prefect.protocol.requests import Request
 
 
 def view(

@@ -18,7 +18,7 @@ from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledCh
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
-from maserve_prefect.protocol.engine import Request
+from maserve_prefect.protocol.requests import Request
 
 
 @dataclass(frozen=True, slots=True)

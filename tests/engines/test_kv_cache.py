@@ -11,7 +11,8 @@ from kv_reference import ReferenceKV
 from maserve_prefect.engines.sim.kv.hash_index import HashIndex
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
 from maserve_prefect.engines.sim.step.request import SimRequest
-from maserve_prefect.protocol.engine import Acceptance, Request, Ticket
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
 
 _seq = iter(range(10_000))
 

@@ -9,7 +9,8 @@ from openai_stub import StubConfig, serve
 
 from maserve_prefect.engines.openai.engine import OpenAIEngine
 from maserve_prefect.errors import EngineError
-from maserve_prefect.protocol.engine import OutcomeStatus, Request
+from maserve_prefect.protocol.outcomes import OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.replay.conformance import audit
 from maserve_prefect.replay.driver import replay_trace
 from maserve_prefect.trace.model import Dep, EdgeKind, Manifest, OpKind, OpRecord, RootRecord, Trace

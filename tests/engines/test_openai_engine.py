@@ -14,17 +14,16 @@ from openai_stub import StubConfig, StubServer, serve
 from maserve_prefect.engines.openai import OpenAIEngine, RetryPolicy, discover, synth_token_ids
 from maserve_prefect.engines.openai.retry import classify_error
 from maserve_prefect.errors import ConfigError, EngineError
-from maserve_prefect.protocol.controls import CachePrepare, CacheRetain
-from maserve_prefect.protocol.engine import (
-    Acceptance,
+from maserve_prefect.protocol.controls import (
+    CachePrepare,
+    CacheRetain,
     ExecutionMode,
     Force,
-    Intent,
-    Outcome,
-    OutcomeStatus,
     Priority,
-    Request,
 )
+from maserve_prefect.protocol.intents import Intent
+from maserve_prefect.protocol.outcomes import Acceptance, Outcome, OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.subjects import ContextRef
 from maserve_prefect.taskrunner.wallgate import WallGate
 

@@ -17,15 +17,16 @@ from maserve_prefect.engines.openai.prompts import (
     synth_token_ids,
 )
 from maserve_prefect.errors import ConfigError, RequestError, UnsupportedError
-from maserve_prefect.protocol.controls import CachePrepare, CacheRetain
-from maserve_prefect.protocol.engine import (
-    Capabilities,
+from maserve_prefect.protocol.capabilities import Capabilities
+from maserve_prefect.protocol.controls import (
+    CachePrepare,
+    CacheRetain,
     Control,
     ExecutionMode,
     Force,
     Priority,
-    Request,
 )
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.subjects import ContextRef
 
 VLLM = ServerFeatures(token_id_prompts=True, length_lock=True, cache_salt=True)

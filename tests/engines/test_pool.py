@@ -14,7 +14,9 @@ from maserve_prefect.engines.catalog import lifecycle as lc
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, DeviceSlot, ReplicaStatus, SimPool
 from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.protocol.engine import Acceptance, LifecycleAction, Request
+from maserve_prefect.protocol.engine import LifecycleAction
+from maserve_prefect.protocol.outcomes import Acceptance
+from maserve_prefect.protocol.requests import Request
 
 KV_64_BLOCKS = 64 * 16 * 28 * 2 * 8 * 128 * 2  # Qwen3-0.6B: 28 layers, 8 KV heads x 128, bf16
 

@@ -16,7 +16,8 @@ from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.engines.sim.step.records import StepKind
 from maserve_prefect.engines.sim.step.scheduler import Policy
-from maserve_prefect.protocol.engine import Request, Ticket
+from maserve_prefect.protocol.outcomes import Ticket
+from maserve_prefect.protocol.requests import Request
 
 COST = LinearCost(per_token_s=0.001, per_context_s=3e-6, overhead_s=0.004)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,18 +7,10 @@ from sim_factories import make_replica, req, submit_at
 
 from maserve_prefect.engines.sim.step.scheduler import Policy
 from maserve_prefect.errors import RequestError, UnsupportedError
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    Control,
-    ExecutionMode,
-    Force,
-    Intent,
-    Outcome,
-    OutcomeStatus,
-    Priority,
-    Request,
-    Ticket,
-)
+from maserve_prefect.protocol.controls import Control, ExecutionMode, Force, Priority
+from maserve_prefect.protocol.intents import Intent
+from maserve_prefect.protocol.outcomes import Acceptance, Outcome, OutcomeStatus, Ticket
+from maserve_prefect.protocol.requests import Request
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,8 @@ from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.engines.sim.step.scheduler import Policy
 from maserve_prefect.errors import SimulationError
-from maserve_prefect.protocol.engine import Request, Ticket
+from maserve_prefect.protocol.outcomes import Ticket
+from maserve_prefect.protocol.requests import Request
 
 
 @dataclass(frozen=True)

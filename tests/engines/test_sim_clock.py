@@ -11,7 +11,7 @@ from maserve_prefect.clock import Clock, VirtualClock, WallClock
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.protocol.engine import Outcome
+from maserve_prefect.protocol.outcomes import Outcome
 
 
 async def client(clock: Clock, rep: SimReplica, results: list[tuple[str, int]]) -> None:

@@ -23,20 +23,17 @@ from maserve_prefect.protocol.controls import (
     CachePrepare,
     CacheRelease,
     CacheRetain,
-    MaxWait,
-    OrderingKey,
-    Tier,
-)
-from maserve_prefect.protocol.engine import (
-    Acceptance,
     Control,
     ExecutionMode,
     Force,
+    MaxWait,
+    OrderingKey,
     Priority,
-    Request,
-    Ticket,
+    Tier,
 )
 from maserve_prefect.protocol.intents import RoleIntent
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.subjects import ContextRef, RequestRef
 
 CTX = ContextRef("session", 3)

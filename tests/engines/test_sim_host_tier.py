@@ -13,7 +13,8 @@ from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.protocol.controls import Tier
-from maserve_prefect.protocol.engine import Request, Ticket
+from maserve_prefect.protocol.outcomes import Ticket
+from maserve_prefect.protocol.requests import Request
 
 BLOCK_S = 0.001  # host -> GPU seconds per block in these tests
 

@@ -21,7 +21,7 @@ from maserve_prefect.engines.sim.kv.manager import KVCacheManager
 from maserve_prefect.engines.sim.kv.prefix_cache import PrefixCache
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.loop import ReplicaLoop
-from maserve_prefect.protocol.engine import Request
+from maserve_prefect.protocol.requests import Request
 
 MAX_SHARED_KEYS = 29
 

@@ -18,7 +18,9 @@ from maserve_prefect.engines.sim.step.modes import (
 )
 from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.protocol.engine import ExecutionMode, Force, Outcome, Request
+from maserve_prefect.protocol.controls import ExecutionMode, Force
+from maserve_prefect.protocol.outcomes import Outcome
+from maserve_prefect.protocol.requests import Request
 
 PARAMS = ModeParams(kv_budget_tokens=64, recent_window_tokens=16, attention_fraction=0.25)
 PROMPT, OUT = 512, 64

@@ -18,9 +18,10 @@ from maserve_prefect.engines.sim.kv.retention import HARD, NONE, SOFT
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.request import SimRequest
 from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
-from maserve_prefect.protocol.controls import CacheRelease, CacheRetain, Tier
-from maserve_prefect.protocol.engine import Acceptance, Force, Request, Ticket
+from maserve_prefect.protocol.controls import CacheRelease, CacheRetain, Force, Tier
 from maserve_prefect.protocol.fake import ReferenceEngine
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.subjects import ContextRef
 
 CTX = ContextRef("session", 0)

@@ -21,7 +21,8 @@ from maserve_prefect.engines.sim.kv.block_table import BlockTable
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
 from maserve_prefect.engines.sim.kv.prefix_cache import BlockRange
 from maserve_prefect.engines.sim.step.request import SimRequest
-from maserve_prefect.protocol.engine import Acceptance, Request, Ticket
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
 
 _seq = iter(range(1_000_000))
 

@@ -20,7 +20,8 @@ from maserve_prefect.engines.vllm.process_group import group_rss_bytes, process_
 from maserve_prefect.engines.vllm.server import VLLMServer
 from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
 from maserve_prefect.errors import ConfigError, EngineError
-from maserve_prefect.protocol.engine import Acceptance, LifecycleAction, LifecycleTicket
+from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
+from maserve_prefect.protocol.outcomes import Acceptance
 
 STANDIN = r"""
 import http.server, json, os, signal, subprocess, sys, time

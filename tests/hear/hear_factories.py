@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from maserve_prefect.protocol.controls import CacheOp, Tier
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    Capabilities,
-    Control,
-    EngineState,
-    ExecutionMode,
-    Intent,
-    Priority,
-    Request,
-    Ticket,
-)
+from maserve_prefect.protocol.capabilities import Capabilities
+from maserve_prefect.protocol.controls import CacheOp, Control, ExecutionMode, Priority, Tier
 from maserve_prefect.protocol.fake import ReferenceEngine
+from maserve_prefect.protocol.intents import Intent
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import EngineState
 from maserve_prefect.protocol.subjects import ContextRef
 from maserve_prefect.protocol.views import SessionView, WaitingRequest
 

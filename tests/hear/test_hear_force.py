@@ -17,7 +17,6 @@ from maserve_prefect.protocol.controls import (
     Priority,
     Tier,
 )
-from maserve_prefect.protocol.engine import Acceptance, Request
 from maserve_prefect.protocol.force import resolve
 from maserve_prefect.protocol.intents import (
     ContextAction,
@@ -27,12 +26,14 @@ from maserve_prefect.protocol.intents import (
     RoleIntent,
 )
 from maserve_prefect.protocol.outcomes import (
+    Acceptance,
     Accepted,
     Completed,
     OutcomeKind,
     Unsupported,
     require_completed,
 )
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.subjects import ContextRef, RequestRef
 
 CTX = ContextRef("sess-1", 1)

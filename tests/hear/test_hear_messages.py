@@ -9,13 +9,7 @@ from hear_factories import seam_caps
 
 from maserve_prefect.errors import ConfigError, EngineError, RequestError
 from maserve_prefect.protocol import messages as m
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    Attempt,
-    Outcome,
-    OutcomeStatus,
-    Ticket,
-)
+from maserve_prefect.protocol.outcomes import Acceptance, Attempt, Outcome, OutcomeStatus, Ticket
 
 
 def test_every_message_names_its_subject() -> None:

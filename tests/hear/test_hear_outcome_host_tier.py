@@ -9,8 +9,9 @@ from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.protocol.engine import Request, Ticket
 from maserve_prefect.protocol.messages import Completed, outcome_of, require_completed
+from maserve_prefect.protocol.outcomes import Ticket
+from maserve_prefect.protocol.requests import Request
 
 BLOCK = 16  # tokens per KV block
 

@@ -22,12 +22,9 @@ from maserve_prefect.engines.openai.metrics_parse import (
 )
 from maserve_prefect.engines.openai.metrics_report import counter_delta
 from maserve_prefect.engines.vllm.server import VLLMServer
-from maserve_prefect.protocol.engine import (
-    Force,
-    OutcomeStatus,
-    Priority,
-    Request,
-)
+from maserve_prefect.protocol.controls import Force, Priority
+from maserve_prefect.protocol.outcomes import OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.trace.cas import MemoryStore
 from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import Manifest

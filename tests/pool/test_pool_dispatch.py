@@ -24,7 +24,8 @@ from maserve_prefect.pool.inputs import ExecOptions, Workflow
 from maserve_prefect.pool.results import PoolRunResult
 from maserve_prefect.pool.state import RooflineCostModel
 from maserve_prefect.pool.window import WorkUnit
-from maserve_prefect.protocol.engine import Outcome, OutcomeStatus, Request
+from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
+from maserve_prefect.protocol.requests import Request
 
 GIB = 1 << 30
 TWO = ["V100-32GB:0", "A100-40GB:0"]

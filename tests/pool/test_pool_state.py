@@ -18,7 +18,7 @@ from maserve_prefect.pool.state import (
     RooflineCostModel,
     deployment_info,
 )
-from maserve_prefect.protocol.engine import Request
+from maserve_prefect.protocol.requests import Request
 
 GIB = 1 << 30
 GPUS = ("A100-40GB", "V100-32GB")

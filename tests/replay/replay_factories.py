@@ -10,13 +10,10 @@ from collections.abc import Callable, Sequence
 from maserve_prefect.clock import WallClock
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    Capabilities,
-    Control,
-    Request,
-    Ticket,
-)
+from maserve_prefect.protocol.capabilities import Capabilities
+from maserve_prefect.protocol.controls import Control
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.trace.model import (
     Dep,
     EdgeKind,

@@ -8,7 +8,7 @@ import pytest
 from replay_factories import make_trace
 
 from maserve_prefect.errors import ConfigError, IllegalReleaseError, UnsupportedError
-from maserve_prefect.protocol.engine import Capabilities
+from maserve_prefect.protocol.capabilities import Capabilities
 from maserve_prefect.replay.driver import replay_trace
 from maserve_prefect.replay.work import InputLock, check_capabilities
 from maserve_prefect.trace.barrier import StageBarrier

@@ -13,7 +13,9 @@ from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.plans import Unit
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.protocol.engine import Control, Outcome, Request
+from maserve_prefect.protocol.controls import Control
+from maserve_prefect.protocol.outcomes import Outcome
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.taskrunner.harness import Harness, activate, active_harness
 from maserve_prefect.taskrunner.lockstep import VirtualGate
 from maserve_prefect.taskrunner.oprun import current_op, scope

@@ -57,8 +57,9 @@ from maserve_prefect.hear.policies import (
     RoleModeSelection,
     SessionRetention,
 )
-from maserve_prefect.protocol.controls import CacheRelease, CacheRetain, Tier
-from maserve_prefect.protocol.engine import Control, Outcome, Request, Ticket
+from maserve_prefect.protocol.controls import CacheRelease, CacheRetain, Control, Tier
+from maserve_prefect.protocol.outcomes import Outcome, Ticket
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.state import ResidencyView
 from maserve_prefect.protocol.subjects import ContextRef
 from maserve_prefect.protocol.views import SessionView, WaitingRequest

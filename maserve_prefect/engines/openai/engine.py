@@ -53,23 +53,13 @@ from maserve_prefect.engines.openai.stream import (
     stream_attempt,
 )
 from maserve_prefect.errors import ConfigError, EngineError, UnsupportedError
-from maserve_prefect.protocol.capabilities import HearCapabilities
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    Attempt,
-    Capabilities,
-    Control,
-    EngineState,
-    ExecutionMode,
-    Force,
-    Intent,
-    Outcome,
-    OutcomeStatus,
-    Priority,
-    Request,
-    Ticket,
-)
+from maserve_prefect.protocol.capabilities import Capabilities, HearCapabilities
+from maserve_prefect.protocol.controls import Control, ExecutionMode, Force, Priority
 from maserve_prefect.protocol.force import Dropped, Resolution, Unsatisfied, resolve
+from maserve_prefect.protocol.intents import Intent
+from maserve_prefect.protocol.outcomes import Acceptance, Attempt, Outcome, OutcomeStatus, Ticket
+from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import EngineState
 
 __all__ = ["OpenAIEngine"]
 
@@ -362,7 +352,8 @@ class OpenAIEngine:
 
         Examples:
             >>> from maserve_prefect.protocol.force import resolve
-            >>> from maserve_prefect.protocol.engine import Capabilities, Force
+            >>> from maserve_prefect.protocol.capabilities import Capabilities
+            >>> from maserve_prefect.protocol.controls import Force
             >>> from maserve_prefect.protocol.controls import CacheRetain
             >>> from maserve_prefect.protocol.subjects import ContextRef
             >>> keep = CacheRetain(ContextRef("s"), (1,), 0.5, force=Force.REQUIREMENT)

@@ -34,8 +34,10 @@ from typing import Any, Literal
 import numpy as np
 
 from maserve_prefect.errors import ConfigError, UnsupportedError
-from maserve_prefect.protocol.engine import Capabilities, Control, Priority, Request
+from maserve_prefect.protocol.capabilities import Capabilities
+from maserve_prefect.protocol.controls import Control, Priority
 from maserve_prefect.protocol.force import resolve
+from maserve_prefect.protocol.requests import Request
 
 DEFAULT_VOCAB_SIZE = 256
 """Token ids are drawn below this unless the caller knows the model's vocabulary (safe for tiny
@@ -162,7 +164,7 @@ def resolve_controls(
             a mode name.
 
     Examples:
-        >>> from maserve_prefect.protocol.engine import ExecutionMode, Force
+        >>> from maserve_prefect.protocol.controls import ExecutionMode, Force
         >>> caps = Capabilities((ExecutionMode, Priority), True, True, True, True, False, (),
         ...                     ("default",))
         >>> req = Request("r", "m", num_prompt_tokens=4, priority=2)

@@ -23,7 +23,8 @@ import openai
 
 from maserve_prefect.engines.openai.prompts import CallSpec
 from maserve_prefect.engines.openai.retry import IncompleteStreamError
-from maserve_prefect.protocol.engine import Attempt, Outcome, OutcomeStatus, Request, Ticket
+from maserve_prefect.protocol.outcomes import Attempt, Outcome, OutcomeStatus, Ticket
+from maserve_prefect.protocol.requests import Request
 
 __all__ = ["Job", "Streamed", "completed_outcome", "ended_outcome", "stream_attempt"]
 

@@ -42,15 +42,13 @@ from maserve_prefect.engines.openai.metrics_parse import (
 )
 from maserve_prefect.engines.target import EngineTarget
 from maserve_prefect.errors import EngineError
-from maserve_prefect.protocol.engine import (
-    Capabilities,
-    Control,
-    EngineState,
-    Intent,
-    Replica,
-    Request,
-    Ticket,
-)
+from maserve_prefect.protocol.capabilities import Capabilities
+from maserve_prefect.protocol.controls import Control
+from maserve_prefect.protocol.engine import Replica
+from maserve_prefect.protocol.intents import Intent
+from maserve_prefect.protocol.outcomes import Ticket
+from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import EngineState
 
 Deliver = Callable[[Callable[[], None]], None]
 

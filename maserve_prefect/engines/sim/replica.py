@@ -14,7 +14,7 @@ state stepping would have; a `MaxWait` deadline cuts a run the same way.
 
 Examples:
     >>> from maserve_prefect.clock.kernel import Kernel
-    >>> from maserve_prefect.protocol.engine import Request
+    >>> from maserve_prefect.protocol.requests import Request
     >>> from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, StepCost
     >>> class Flat:  # 1 ms per step, whatever it computes
     ...     def step_cost(self, chunks): return StepCost(0.001, 0.0, 0.0, 0.0)
@@ -45,28 +45,22 @@ from maserve_prefect.engines.sim.step.records import SERIES
 from maserve_prefect.engines.sim.step.request import SimRequest
 from maserve_prefect.engines.sim.step.scheduler import Policy, SchedulerConfig
 from maserve_prefect.errors import SimulationError
-from maserve_prefect.protocol.capabilities import HearCapabilities
+from maserve_prefect.protocol.capabilities import Capabilities, HearCapabilities
 from maserve_prefect.protocol.controls import (
     CachePrepare,
     CacheRelease,
     CacheRetain,
+    Control,
+    ExecutionMode,
     MaxWait,
     OrderingKey,
-)
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    Capabilities,
-    Control,
-    EngineState,
-    ExecutionMode,
-    Intent,
     Priority,
-    Request,
-    Ticket,
 )
 from maserve_prefect.protocol.force import Resolution
-from maserve_prefect.protocol.intents import IntentMessage
-from maserve_prefect.protocol.state import StateReport
+from maserve_prefect.protocol.intents import Intent, IntentMessage
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import EngineState, StateReport
 
 __all__ = ["SERIES", "LogEntry", "SimReplica"]
 
@@ -206,7 +200,7 @@ class SimReplica(ReplicaLoop):
 
         Examples:
             >>> from maserve_prefect.clock.kernel import Kernel
-            >>> from maserve_prefect.protocol.engine import Force
+            >>> from maserve_prefect.protocol.controls import Force
             >>> from maserve_prefect.protocol.controls import CacheRetain, Tier
             >>> from maserve_prefect.protocol.subjects import ContextRef
             >>> rep = SimReplica(Kernel(), None, num_gpu_blocks=8)  # type: ignore[arg-type]

@@ -43,12 +43,9 @@ from typing import TYPE_CHECKING, Any
 from maserve_prefect.engines.vllm.server import LifecycleRecord, VLLMServer
 from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
 from maserve_prefect.errors import ConfigError, EngineError
-from maserve_prefect.protocol.engine import (
-    Acceptance,
-    DeviceMemory,
-    LifecycleAction,
-    LifecycleTicket,
-)
+from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
+from maserve_prefect.protocol.outcomes import Acceptance
+from maserve_prefect.protocol.state import DeviceMemory
 
 if TYPE_CHECKING:
     from maserve_prefect.engines.openai.engine import OpenAIEngine

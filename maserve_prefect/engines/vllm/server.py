@@ -38,7 +38,8 @@ from maserve_prefect.engines.vllm.process_group import (
 )
 from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
 from maserve_prefect.errors import EngineError, UnsupportedError
-from maserve_prefect.protocol.engine import Acceptance, LifecycleAction, LifecycleTicket
+from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
+from maserve_prefect.protocol.outcomes import Acceptance
 
 __all__ = ["LifecycleRecord", "VLLMServer", "free_port"]
 

@@ -20,7 +20,7 @@ The per-request notes keep the wording the simulator always used ("fell back", "
 outcomes read the same.
 
 Examples:
-    >>> from maserve_prefect.protocol.engine import Force
+    >>> from maserve_prefect.protocol.controls import Force
     >>> from maserve_prefect.clock.kernel import Kernel
     >>> from maserve_prefect.engines.sim.replica import SimReplica
     >>> from maserve_prefect.engines.sim.cost.step_time import make_step_model
@@ -44,12 +44,16 @@ from maserve_prefect.protocol.controls import (
     CachePrepare,
     CacheRelease,
     CacheRetain,
+    Control,
+    ExecutionMode,
+    Force,
     MaxWait,
     OrderingKey,
+    Priority,
     Tier,
 )
-from maserve_prefect.protocol.engine import Control, ExecutionMode, Force, Priority, Request
 from maserve_prefect.protocol.force import Dropped, Resolution, Unsatisfied, resolve
+from maserve_prefect.protocol.requests import Request
 
 if TYPE_CHECKING:
     from maserve_prefect.engines.sim.kv.host_tier import HostTier

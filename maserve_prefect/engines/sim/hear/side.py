@@ -41,9 +41,17 @@ from maserve_prefect.engines.sim.step.request import SimRequest
 from maserve_prefect.errors import SimulationError
 from maserve_prefect.protocol.capabilities import HearCapabilities
 from maserve_prefect.protocol.channel import IntentLog
-from maserve_prefect.protocol.controls import CacheOp, CachePrepare, CacheRelease, CacheRetain, Tier
-from maserve_prefect.protocol.engine import Acceptance, Control, Request, Ticket
+from maserve_prefect.protocol.controls import (
+    CacheOp,
+    CachePrepare,
+    CacheRelease,
+    CacheRetain,
+    Control,
+    Tier,
+)
 from maserve_prefect.protocol.intents import Prediction
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
+from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.state import (
     CostEstimate,
     PrefixRange,

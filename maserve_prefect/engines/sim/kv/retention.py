@@ -24,7 +24,7 @@ a prepare loads), follow a hash when it moves between tiers, and go when it leav
 as the reference engine drops them on eviction.
 
 Examples:
-    >>> from maserve_prefect.protocol.engine import Force
+    >>> from maserve_prefect.protocol.controls import Force
     >>> from maserve_prefect.protocol.controls import Tier
     >>> table = RetentionTable()
     >>> _ = table.pin("context:a@0", [7, 8], 0.5, Force.PREFERENCE, Tier.GPU)
@@ -45,8 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from maserve_prefect.protocol.controls import Tier
-from maserve_prefect.protocol.engine import Force
+from maserve_prefect.protocol.controls import Force, Tier
 
 NONE, SOFT, HARD = 0, 1, 2  # pin levels
 

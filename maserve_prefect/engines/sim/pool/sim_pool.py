@@ -26,7 +26,7 @@ An optional event `log` receives the replicas' request events and the pool's lif
 
 Examples:
     >>> from maserve_prefect.clock.kernel import Kernel
-    >>> from maserve_prefect.protocol.engine import Request
+    >>> from maserve_prefect.protocol.requests import Request
     >>> k = Kernel()
     >>> pool = SimPool(k, ["H100:0"])
     >>> ticket = pool.load(Deployment("qwen", "Qwen3-0.6B"), "H100:0")
@@ -56,7 +56,8 @@ from maserve_prefect.engines.sim.pool.views import PoolViews
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.protocol.engine import Acceptance, LifecycleAction, LifecycleTicket
+from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
+from maserve_prefect.protocol.outcomes import Acceptance
 
 CostFactory = Callable[[Deployment, DeviceSlot], StepCostModel]
 LifecycleCallback = Callable[[LifecycleTicket], None]

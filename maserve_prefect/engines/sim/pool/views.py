@@ -33,7 +33,7 @@ from maserve_prefect.engines.sim.pool.lifecycle_exec import PoolReplica
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.records import Timeline
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.protocol.engine import DeviceMemory
+from maserve_prefect.protocol.state import DeviceMemory
 
 
 class PoolViews:

@@ -71,7 +71,7 @@ from maserve_prefect.engines.sim.step.scheduler import (
     StepUpdate,
 )
 from maserve_prefect.errors import SimulationError
-from maserve_prefect.protocol.engine import Outcome, OutcomeStatus
+from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 
 LogEntry = tuple[float, str, str, int]
 

@@ -36,7 +36,8 @@ from itertools import accumulate
 
 import numpy as np
 
-from maserve_prefect.protocol.engine import Request, Ticket
+from maserve_prefect.protocol.outcomes import Ticket
+from maserve_prefect.protocol.requests import Request
 
 _UNIQUE = -1
 _ROOT_HASH = 0x5EED
