@@ -16,7 +16,7 @@ Examples:
 
 from __future__ import annotations
 
-from maserve_prefect.bindings.base import QualitySummary, ShippedBinding, summarize_quality
+from maserve_prefect.bindings.base import ShippedBinding
 from maserve_prefect.bindings.code_tasks import CodeBinding
 from maserve_prefect.bindings.content import (
     ContentModel,
@@ -32,7 +32,7 @@ from maserve_prefect.bindings.research import ResearchBinding
 from maserve_prefect.bindings.science_qa import ScienceQABinding
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.spec.binding import TaskBinding
+from maserve_prefect.spec.binding import QualitySummary, TaskBinding, summarize_quality
 
 _BINDINGS: dict[str, type[ShippedBinding]] = {
     cls.info.binding_id: cls

@@ -238,32 +238,3 @@ class ShippedBinding(TaskBinding):
 def instance_ids(records: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     """The ids of data records, in order."""
     return tuple(str(r["id"]) for r in records)
-
-
-@dataclass(frozen=True, slots=True)
-class QualitySummary:
-    """Task quality over a run, for the run summary."""
-
-    num_instances: int
-    num_passed: int
-    mean_score: float
-
-    @property
-    def pass_rate(self) -> float:
-        """Fraction of instances that passed (0 when none were evaluated)."""
-        return self.num_passed / self.num_instances if self.num_instances else 0.0
-
-
-def summarize_quality(qualities: Iterable[Quality]) -> QualitySummary:
-    """Count, passes and mean score of evaluated answers.
-
-    Examples:
-        >>> summarize_quality([Quality(1.0, True), Quality(0.5, False)]).pass_rate
-        0.5
-    """
-    items = list(qualities)
-    if not items:
-        return QualitySummary(0, 0, 0.0)
-    return QualitySummary(
-        len(items), sum(q.passed for q in items), sum(q.score for q in items) / len(items)
-    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import copy_context
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,35 +35,12 @@ from maserve_prefect.spec.binding import Quality, TaskBinding
 from maserve_prefect.spec.io import spec_to_data
 from maserve_prefect.taskrunner.harness import Harness, activate, get_harness
 from maserve_prefect.taskrunner.lockstep import Gate, VirtualGate
+from maserve_prefect.taskrunner.native import NativeRun, RootResult
 from maserve_prefect.taskrunner.oprun import scope
 from maserve_prefect.taskrunner.runner import MAServeTaskRunner, mark_participant
 from maserve_prefect.taskrunner.wallgate import WallGate
 from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import Manifest, OpRecord, Trace
-
-
-@dataclass(slots=True)
-class RootResult:
-    """One root's outcome."""
-
-    root_id: str
-    instance_id: str
-    arrival_s: float
-    finish_s: float
-    quality: Quality | None
-    error: str | None = None
-
-
-@dataclass(slots=True)
-class NativeRun:
-    """What a native run produced."""
-
-    trace: Trace
-    roots: list[RootResult]
-    pool: SimPool | None
-    harness: Harness
-    flow_run_ids: list[str] = field(default_factory=list)
-    meaningful_quality: bool = False
 
 
 @dataclass(slots=True)

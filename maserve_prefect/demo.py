@@ -75,9 +75,8 @@ def mooncake_section(console: Console) -> None:
 
 
 def native_section(console: Console, users: int) -> None:
-    from maserve_prefect.flows.native import run_native
-    from maserve_prefect.flows.workflows import list_workflows
     from maserve_prefect.metrics.graph import root_graph_stats
+    from maserve_prefect.taskrunner.native import list_workflows, run_native
     from maserve_prefect.trace.bundle import export_bundle
 
     console.rule(f"[bold]3. Native runs through Prefect ({users} roots each, simulator)")
@@ -120,10 +119,10 @@ def native_section(console: Console, users: int) -> None:
 
 
 def replay_section(console: Console, users: int) -> None:
-    from maserve_prefect.flows.native import run_native
     from maserve_prefect.metrics.path import path_ledger, path_shares
     from maserve_prefect.metrics.task import root_latencies
     from maserve_prefect.replay.driver import replay_trace
+    from maserve_prefect.taskrunner.native import run_native
     from maserve_prefect.trace.barrier import StageBarrier
 
     console.rule("[bold]4. Fixed-work replay: four-call workflow, DAG vs Barrier vs Flat")

@@ -17,17 +17,16 @@ from dataclasses import dataclass, replace
 from maserve_prefect.tasks.artifact import Artifact, FieldValue
 from maserve_prefect.tasks.context import FULL_CONTEXT, ContextSpec, Message, build_messages
 from maserve_prefect.tasks.ops_common import op_task, this_op
-from maserve_prefect.tasks.tokens import chat_token_ids, count_tokens
 
+from maserve_prefect.engines.sim.tokenizer import chat_token_ids, count_tokens
 from maserve_prefect.errors import EngineError
 from maserve_prefect.protocol.outcomes import OutcomeStatus
-from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.requests import DEFAULT_MAX_TOKENS, Request
 from maserve_prefect.taskrunner.harness import Harness
 from maserve_prefect.taskrunner.oprun import OpRun
 from maserve_prefect.trace.cas import canonical_json
 from maserve_prefect.trace.model import GenerationSettings, OpKind
 
-DEFAULT_MAX_TOKENS = 1024
 TURN_FIELD = "_turn"
 """Artifact field holding the CAS digest of the user turn that produced a model output, so a
 later call with inherited history can replay the exchange exactly."""

@@ -18,8 +18,8 @@ from typing import Any
 from maserve_prefect.tasks.artifact import Artifact
 from maserve_prefect.tasks.model import Decision
 from maserve_prefect.tasks.ops_common import op_task, this_op
-from maserve_prefect.tasks.tokens import count_tokens
 
+from maserve_prefect.engines.sim.tokenizer import count_tokens
 from maserve_prefect.tools import call_tool, register_tool
 from maserve_prefect.trace.cas import canonical_json
 from maserve_prefect.trace.model import OpKind

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from maserve_prefect.tasks.artifact import Artifact, FieldValue
 from maserve_prefect.tasks.ops_common import op_task, this_op
-from maserve_prefect.tasks.tokens import count_tokens
 
+from maserve_prefect.engines.sim.tokenizer import count_tokens
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.trace.model import OpKind
 

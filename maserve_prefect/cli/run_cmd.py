@@ -3,7 +3,7 @@
 The one idea: **a run is done when the ledger has it and Prefect has caught up.** The command
 connects to a Prefect API (`PREFECT_API_URL` if set, else the managed local server, started on
 demand — see `maserve_prefect.prefect_server`), opens the ledger, calls
-`flows.native.run_native`, marks the ledger run finished, exports the bundle, prints the summary,
+`taskrunner.native.run_native`, marks the ledger run finished, exports the bundle, prints the summary,
 and then waits (bounded, with a spinner) until Prefect holds every task run the ledger linked, in
 a final state, and checks ops ↔ task runs one to one. Prefect records task runs asynchronously,
 so a command that exited at once would leave its history incomplete.
@@ -40,7 +40,7 @@ from maserve_prefect.engines.target import parse_engine as parse_target
 from maserve_prefect.errors import ConfigError, MaserveError
 
 if TYPE_CHECKING:
-    from maserve_prefect.flows.native import NativeRun
+    from maserve_prefect.taskrunner.native import NativeRun
     from maserve_prefect.trace.ledger import Ledger
 
 # Seconds `maserve run` waits for Prefect to record every task run the ledger holds.
@@ -139,10 +139,9 @@ def run_cmd(
 ) -> None:
     """Realize N roots of a workflow, write the trace bundle and print a summary."""
     from maserve_prefect import prefect_server
-    from maserve_prefect.bindings import get_binding
     from maserve_prefect.engines.poolfile import load_pool_file
-    from maserve_prefect.flows.native import run_native
-    from maserve_prefect.flows.workflows import get_workflow, list_workflows
+    from maserve_prefect.spec.binding import get_binding
+    from maserve_prefect.taskrunner.native import get_workflow, list_workflows, run_native
     from maserve_prefect.trace.bundle import export_bundle
     from maserve_prefect.trace.runs import RunStatus
 
@@ -229,8 +228,8 @@ def _await_prefect(console: Console, ledger: Ledger, trace_id: str, wait_s: floa
 
 def print_summary(console: Console, run: NativeRun) -> None:
     """Roots, ops by kind, tokens, root latency percentiles, graph shape and task quality."""
-    from maserve_prefect.bindings import summarize_quality
     from maserve_prefect.metrics.graph import trace_graph_summary
+    from maserve_prefect.spec.binding import summarize_quality
 
     trace = run.trace
     done = [r for r in run.roots if r.error is None]

@@ -11,17 +11,18 @@ plan's own assignments counted as it goes.
 
 Besides submits, `Decisions` can carry pool lifecycle decisions (`Load`, `Unload`) and `Grant`s of
 fused chains; they default to empty, so plans and appliers that only know submits keep working.
-The pool runtime's plans (`joint` and its baselines) live in their own modules and register
-themselves when first looked up (`_PLUGIN_MODULES`).
+The pool runtime's plans (`joint` and its baselines) and the session replay's live in their own
+packages and are declared as entries of the `maserve_prefect.plans` plugin group; `get_plan`
+loads one the first time its name is asked for, so this layer never imports the layers above.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from maserve_prefect import plugins
 from maserve_prefect.errors import ConfigError
 
 
@@ -133,22 +134,9 @@ class Plan(Protocol):
 
 
 _REGISTRY: dict[str, Callable[[], Plan]] = {}
-
-# Modules that register more plans on import; loaded on the first lookup so that importing this
-# module stays cheap and free of import cycles (they import this module).
-_PLUGIN_MODULES = (
-    "maserve_prefect.pool.joint_plan",
-    "maserve_prefect.pool.baselines",
-)
-_plugins_loaded = False
-
-
-def _load_plugins() -> None:
-    global _plugins_loaded
-    if not _plugins_loaded:
-        _plugins_loaded = True
-        for module in _PLUGIN_MODULES:
-            importlib.import_module(module)
+PLUGIN_GROUP = "maserve_prefect.plans"
+"""Plans other packages provide (the pool runtime's among them) are entries of this plugin
+group: `get_plan` loads one the first time its name is asked for (`maserve_prefect.plugins`)."""
 
 
 def register_plan(name: str, factory: Callable[[], Plan]) -> None:
@@ -170,21 +158,20 @@ def register_plan(name: str, factory: Callable[[], Plan]) -> None:
 
 
 def get_plan(name: str) -> Plan:
-    """A fresh instance of the plan registered as `name`."""
-    if name not in _REGISTRY:
-        _load_plugins()
+    """A fresh instance of the plan registered as `name` (or declared in `PLUGIN_GROUP`)."""
+    if name not in _REGISTRY and name in plugins.entries(PLUGIN_GROUP):
+        register_plan(name, plugins.load(PLUGIN_GROUP, name))
     try:
         return _REGISTRY[name]()
     except KeyError:
         raise ConfigError(
-            f"unknown plan {name!r}; known plans: {', '.join(sorted(_REGISTRY))}"
+            f"unknown plan {name!r}; known plans: {', '.join(plan_names())}"
         ) from None
 
 
 def plan_names() -> list[str]:
-    """Registered plan names, sorted."""
-    _load_plugins()
-    return sorted(_REGISTRY)
+    """Registered and declared plan names, sorted."""
+    return sorted(set(_REGISTRY) | set(plugins.entries(PLUGIN_GROUP)))
 
 
 class FcfsPlan:

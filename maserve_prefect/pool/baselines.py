@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from maserve_prefect.dispatch.plans import Decisions, Snapshot, register_plan
+from maserve_prefect.dispatch.plans import Decisions, Snapshot
 from maserve_prefect.pool.constructor import LifecycleOption, lifecycle_option
 from maserve_prefect.pool.fusion import WorkItem
 from maserve_prefect.pool.plan_round import Round
@@ -135,8 +135,3 @@ class KairosPlan(RequestLevelPlan):
         remaining = snap.window.root_remaining_s.get(root, 0.0)
         arrival = snap.window.root_arrival_s.get(root, 0.0)
         return (remaining, arrival, root, w.release_s, w.unit.unit_id)
-
-
-register_plan("pool-fcfs", PoolFcfsPlan)
-register_plan("parrot", ParrotPlan)
-register_plan("kairos", KairosPlan)

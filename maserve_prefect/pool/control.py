@@ -74,10 +74,11 @@ from maserve_prefect.pool.state import (
 from maserve_prefect.pool.window import DagStats, UnitStatus, WorkUnit, build_window, dag_stats
 from maserve_prefect.protocol.engine import LifecycleTicket
 from maserve_prefect.protocol.outcomes import Acceptance
+from maserve_prefect.protocol.requests import DEFAULT_MAX_TOKENS
 
-DEFAULT_OUTPUT_LIMIT = 1024
+DEFAULT_OUTPUT_LIMIT = DEFAULT_MAX_TOKENS
 """Output tokens assumed for a revealed unit until its request is known: the limit a model op
-uses when it declares none (`tasks.model.DEFAULT_MAX_TOKENS`)."""
+uses when it declares none."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from maserve_prefect.dispatch.plans import Decisions, Snapshot, register_plan
+from maserve_prefect.dispatch.plans import Decisions, Snapshot
 from maserve_prefect.pool.constructor import (
     LifecycleOption,
     lifecycle_option,
@@ -253,6 +253,3 @@ class JointPlan:
             _, opt, ws = best
             rd.take(opt, [w.unit.unit_id for w in ws])
             groups.pop(opt.deployment)
-
-
-register_plan("joint", JointPlan)

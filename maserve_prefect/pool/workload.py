@@ -54,21 +54,17 @@ Examples:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.inputs import Workflow
 from maserve_prefect.pool.window import WorkUnit
-from maserve_prefect.replay.arrivals import BurstArrivals, PoissonArrivals
-from maserve_prefect.settings import Settings
-from maserve_prefect.trace.model import SCHEMA_VERSION, OpKind, OpRecord, OpStatus, Trace
+from maserve_prefect.trace.model import OpKind, OpRecord, OpStatus, Trace
+from maserve_prefect.workloads.arrivals import BurstArrivals, PoissonArrivals
 
 POOL_MODELS = ("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B", "Qwen3-14B")
 """The five model sizes of the heterogeneous-pool experiment."""
@@ -331,64 +327,6 @@ def build_workload(roots: Sequence[RootWork], pattern: ArrivalPattern, run: int)
     ordered = session_order(roots, ARRIVAL_SEED + run)
     times = pattern.offsets(len(ordered), run)
     return [r.at(t) for r, t in zip(ordered, times, strict=True)]
-
-
-# -- recording (cached) ----------------------------------------------------------------------
-
-
-def trace_cache_dir() -> Path:
-    """`$MASERVE_HOME/pool_traces` (where recorded native traces are kept)."""
-    return Settings.from_env().home / "pool_traces"
-
-
-def record_traces(
-    workflows: Sequence[str],
-    users: int,
-    seed: int,
-    *,
-    cache_dir: Path | None = None,
-) -> dict[str, Trace]:
-    """Native simulator traces of `users` roots per workflow for `seed`, recorded once.
-
-    A trace is realized with `run_native(workflow, users=users, seed=seed)` on the default pool
-    and kept as JSON under `cache_dir` (default `trace_cache_dir()`), keyed by workflow, seed,
-    users and a hash of the workflow's spec, the default pool file and the trace schema version;
-    later calls read the file (delete the folder after changing the simulator itself). Recording needs a Prefect
-    API (`prefect_server.ensure_server()` or a test harness); reading the cache does not.
-
-    Raises:
-        ConfigError: a root of the native run failed (the work would be incomplete).
-    """
-    from maserve_prefect.engines.poolfile import default_pool_file
-    from maserve_prefect.flows.native import run_native
-    from maserve_prefect.flows.workflows import get_workflow
-    from maserve_prefect.spec.io import spec_to_data
-
-    folder = cache_dir or trace_cache_dir()
-    pool = default_pool_file().model_dump_json(exclude={"source"})
-    out = {}
-    for name in workflows:
-        spec = json.dumps(spec_to_data(get_workflow(name).spec), sort_keys=True, default=str)
-        key = f"{SCHEMA_VERSION}\n{pool}\n{spec}"
-        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-        path = folder / f"{name}-s{seed}-u{users}-{digest}.json"
-        if path.is_file():
-            out[name] = Trace.model_validate_json(path.read_text())
-            continue
-        run = run_native(name, users=users, seed=seed)
-        failed = [r for r in run.roots if r.error is not None]
-        if failed or len(run.roots) != users:
-            first = failed[0].error if failed else "missing roots"
-            raise ConfigError(
-                f"native run of {name} (seed {seed}, {users} users): {len(failed)} roots "
-                f"failed ({first}); fix the workflow before using it as pool work"
-            )
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(run.trace.model_dump_json())
-        tmp.replace(path)
-        out[name] = run.trace
-    return out
 
 
 def workload_roots(traces: Mapping[str, Trace]) -> list[RootWork]:

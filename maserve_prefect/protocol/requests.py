@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 
 from maserve_prefect.errors import RequestError
 
+DEFAULT_MAX_TOKENS = 1024
+"""The output limit of a model call that declares none (the runner records it, the pool runtime
+plans with it until the call's request is known)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Request:

@@ -44,13 +44,13 @@ from maserve_prefect.replay.arm_summary import (
     median_range,
     summarize_arm,
 )
-from maserve_prefect.replay.arrivals import ClosedLoopArrivals, ThinkTime, with_seed
 from maserve_prefect.replay.driver import ReplayRun, replay_trace
 from maserve_prefect.replay.scenario import Arm, Scenario, arrival_process
 from maserve_prefect.replay.traceset import TraceSet, build_trace_set
 from maserve_prefect.trace.barrier import BarrierEdge, apply_barrier, barrier_edges
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import Trace
+from maserve_prefect.workloads.arrivals import ClosedLoopArrivals, ThinkTime, with_seed
 
 if TYPE_CHECKING:
     from maserve_prefect.engines.openai.wall import DrainReport

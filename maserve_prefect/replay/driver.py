@@ -6,7 +6,7 @@ loop runs the driver and the engine). When each op is released, when a root is d
 cross-root edges are relaxed is the event logic of `replay.release_driver.ReleaseDriver`. Flat
 and Arrival are non-causal reference arms and the result says so.
 
-Roots start at their arrival slots (`replay.arrivals`); a closed-loop user's next root starts when
+Roots start at their arrival slots (`workloads.arrivals`); a closed-loop user's next root starts when
 the previous root is done, and a wall-clock replay waits for every op, stragglers included.
 
 The result is a replay `Trace`: the same op ids, inputs, deps and lengths, with the realized
@@ -40,12 +40,6 @@ from maserve_prefect.engines.target import EngineTarget, parse_engine
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.protocol.engine import Replica
-from maserve_prefect.replay.arrivals import (
-    ArrivalProcess,
-    BurstArrivals,
-    ClosedLoopArrivals,
-    open_loop_offsets,
-)
 from maserve_prefect.replay.audit import count_early_releases, realized_trace
 from maserve_prefect.replay.release_driver import ReleaseDriver
 from maserve_prefect.replay.work import InputLock, check_capabilities, deployment_of
@@ -53,6 +47,12 @@ from maserve_prefect.trace.barrier import Barrier, apply_barrier, barrier_edges
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpKind, OpStatus, Trace
 from maserve_prefect.trace.release import ReleaseRule
+from maserve_prefect.workloads.arrivals import (
+    ArrivalProcess,
+    BurstArrivals,
+    ClosedLoopArrivals,
+    open_loop_offsets,
+)
 
 WALL_SWITCH_INTERVAL_S = 1e-4
 """The interpreter's thread switch interval during a wall-clock replay (default is 5 ms)."""

@@ -55,9 +55,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from maserve_prefect.engines.target import parse_engine
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.replay import arrivals as arr
 from maserve_prefect.trace.barrier import Barrier, BarrierEdge, PerRootEdge, StageBarrier
 from maserve_prefect.trace.release import ReleaseRule
+from maserve_prefect.workloads import arrivals as arr
 from maserve_prefect.yamlfiles import read_yaml_mapping
 
 DEFAULT_WALL_TIMEOUT_S = 1800.0

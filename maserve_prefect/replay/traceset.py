@@ -132,7 +132,7 @@ def _load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
 
         b = import_bundle(scenario.path(cohort.bundle))
         return b.trace, b.store
-    from maserve_prefect.flows.native import run_native
+    from maserve_prefect.taskrunner.native import run_native
 
     assert cohort.native is not None
     r = cohort.native

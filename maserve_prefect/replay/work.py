@@ -6,7 +6,7 @@ honours `min_tokens` exactly, so no `ignore_eos` is needed there) in one of two 
 
 - `token` (token-locked): the prompt token ids are rebuilt from the recorded chat messages (the
   op's first input ref, a CAS JSON list of `[role, content]` pairs) with the same tokenizer the
-  native simulator run used (`tasks.tokens.chat_token_ids`), so prefix caching sees exactly the
+  native simulator run used (`engines.sim.tokenizer.chat_token_ids`), so prefix caching sees exactly the
   prefixes the native run saw. The rebuilt length must equal the recorded input tokens, else the
   trace came from another tokenizer and the op is refused (use `length`). Needs an engine whose
   capabilities say `accepts_token_ids`.
@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
+from maserve_prefect.engines.sim.tokenizer import chat_token_ids
 from maserve_prefect.errors import BlobNotFoundError, ConfigError, UnsupportedError
 from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.protocol.requests import Request
 from maserve_prefect.replay.requests import op_request
-from maserve_prefect.tasks.tokens import chat_token_ids
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpRecord
 

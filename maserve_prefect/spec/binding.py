@@ -23,15 +23,46 @@ Examples:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import Field, model_validator
 
-from maserve_prefect.errors import SpecError
+from maserve_prefect import plugins
+from maserve_prefect.errors import ConfigError, SpecError
 from maserve_prefect.spec.base import SpecModel
 from maserve_prefect.spec.workload import WorkloadSpec
+
+
+@dataclass(frozen=True, slots=True)
+class QualitySummary:
+    """Task quality over a run, for the run summary."""
+
+    num_instances: int
+    num_passed: int
+    mean_score: float
+
+    @property
+    def pass_rate(self) -> float:
+        """Fraction of instances that passed (0 when none were evaluated)."""
+        return self.num_passed / self.num_instances if self.num_instances else 0.0
+
+
+def summarize_quality(qualities: Iterable[Quality]) -> QualitySummary:
+    """Count, passes and mean score of evaluated answers.
+
+    Examples:
+        >>> summarize_quality([Quality(1.0, True), Quality(0.5, False)]).pass_rate
+        0.5
+    """
+    items = list(qualities)
+    if not items:
+        return QualitySummary(0, 0, 0.0)
+    return QualitySummary(
+        len(items), sum(q.passed for q in items), sum(q.score for q in items) / len(items)
+    )
+
 
 Answer = str | Mapping[str, Any]
 """A final answer: text, or the fields of the workload's final artifact."""
@@ -150,3 +181,60 @@ class TaskBinding(ABC):
                     f"{where}: instance {first.instance_id!r} lacks input artifact {name!r} "
                     f"(has: {', '.join(first.inputs) or 'none'})"
                 )
+
+
+class ContentDraws(Protocol):
+    """Seeded draws a native run takes its work from on the simulator (and, with
+    `content_source="binding"`, on a real engine): output lengths, template decisions and
+    synthetic payloads, each a pure function of (binding, run seed, root, op).
+
+    `bindings.content.ContentModel` is this project's implementation; the task runner's harness
+    holds one per run and the ops read it.
+    """
+
+    def output_tokens(self, role: str, *, root: str, op: str) -> int: ...
+
+    def accepts(self, round_index: int, *, root: str, op: str) -> bool: ...
+
+    def converges(self, round_index: int, *, root: str, op: str) -> bool: ...
+
+    def spawn_count(self, max_children: int, *, root: str, op: str) -> int: ...
+
+    def votes(self, num_voters: int, *, root: str, op: str) -> list[int]: ...
+
+    def payload_text(self, num_tokens: int, *, root: str, op: str) -> str: ...
+
+    def payload_token_ids(
+        self, num_tokens: int, vocab_size: int, *, root: str, op: str
+    ) -> list[int]: ...
+
+
+BINDINGS_GROUP = "maserve_prefect.bindings"
+"""The plugin group of binding sources: each entry lists bindings and makes them by name."""
+
+
+class BindingSource(Protocol):
+    """A provider of task bindings (an entry of the `maserve_prefect.bindings` group)."""
+
+    def list_bindings(self) -> list[str]: ...
+
+    def get_binding(self, name: str) -> TaskBinding: ...
+
+
+def list_bindings() -> list[str]:
+    """Every installed binding's name, sorted."""
+    sources: dict[str, BindingSource] = plugins.load_all(BINDINGS_GROUP)
+    return sorted(n for s in sources.values() for n in s.list_bindings())
+
+
+def get_binding(name: str) -> TaskBinding:
+    """A new instance of the installed binding `name`.
+
+    Raises:
+        ConfigError: no installed source provides `name` (the message lists the known ones).
+    """
+    sources: dict[str, BindingSource] = plugins.load_all(BINDINGS_GROUP)
+    for source in sources.values():
+        if name in source.list_bindings():
+            return source.get_binding(name)
+    raise ConfigError(f"unknown binding {name!r}; known: {', '.join(list_bindings())}")

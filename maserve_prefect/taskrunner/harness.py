@@ -15,7 +15,6 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.plans import Unit
@@ -23,14 +22,12 @@ from maserve_prefect.errors import ConfigError, TraceValidationError
 from maserve_prefect.protocol.controls import Control
 from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.spec.binding import ContentDraws
 from maserve_prefect.taskrunner.lockstep import Gate
 from maserve_prefect.taskrunner.memory_store import StateStore
 from maserve_prefect.taskrunner.oprun import OpCounter, OpRun, Scope
 from maserve_prefect.trace.cas import BlobStore, MemoryStore
 from maserve_prefect.trace.ledger import Ledger
-
-if TYPE_CHECKING:
-    from maserve_prefect.bindings.content import ContentModel
 from maserve_prefect.trace.model import (
     Manifest,
     OpRecord,
@@ -76,7 +73,7 @@ class Harness:
         dispatcher: Dispatcher | None = None,
         ledger: Ledger | None = None,
         store: BlobStore | None = None,
-        content: ContentModel | None = None,
+        content: ContentDraws | None = None,
         engine_kind: str = "sim",
         content_source: str = "binding",
     ) -> None:

@@ -9,7 +9,7 @@ What it does differently from Prefect's ThreadPoolTaskRunner:
 - **Reports readiness.** Ready and near-ready ops (every predecessor done or running, at least one
   running) go to the harness's dispatcher, where prefetch, fusion and placement plug in. A model
   op is reported with what the runner knows before it runs: its deployment (from its
-  parameters), its output limit (`max_tokens`, else `tasks.model.DEFAULT_MAX_TOKENS`; the real
+  parameters), its output limit (`max_tokens`, else `protocol.requests.DEFAULT_MAX_TOKENS`; the real
   length is drawn or generated inside the op), 0 prompt tokens (built inside the op), its
   priority, and the model ops it waits for — through transforms, tools and state ops between
   them. For model ops near-ready looks through maserve non-model ops that have not started yet
@@ -65,6 +65,7 @@ from prefect.utilities.collections import visit_collection
 
 from maserve_prefect.dispatch.plans import Unit
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.protocol.requests import DEFAULT_MAX_TOKENS
 from maserve_prefect.taskrunner.harness import Harness, active_harness, bound, get_harness
 from maserve_prefect.taskrunner.lockstep import VirtualGate
 from maserve_prefect.taskrunner.opfutures import (
@@ -82,8 +83,7 @@ from maserve_prefect.taskrunner.opgraph import (
 )
 from maserve_prefect.taskrunner.oprun import OpRun, current_scope, running
 from maserve_prefect.taskrunner.opsubmit import futures_in, named_task, scan_parameters
-from maserve_prefect.tasks.model import DEFAULT_MAX_TOKENS
-from maserve_prefect.tasks.ops_common import OP_KIND_ATTR, op_kind_of
+from maserve_prefect.taskrunner.optask import OP_KIND_ATTR, op_kind_of
 from maserve_prefect.trace.model import EdgeKind, OpKind, OpStatus
 
 __all__ = ["MAServeFuture", "MAServeTaskRunner", "mark_participant"]

@@ -9,8 +9,8 @@ import pytest
 
 from maserve_prefect.bench.replay.findings import LOAD_LADDER, MU_SAT_PER_S, ladder_rates
 from maserve_prefect.bench.suite import load_suite
-from maserve_prefect.replay.arrivals import PoissonArrivals
 from maserve_prefect.replay.scenario import arrival_process
+from maserve_prefect.workloads.arrivals import PoissonArrivals
 
 SUITES = Path(__file__).resolve().parents[2] / "deployments" / "suites"
 

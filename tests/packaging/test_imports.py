@@ -6,6 +6,7 @@ editable install the Makefile makes and for a built wheel.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -54,6 +55,25 @@ def test_editable_install_imports_beside_user_tasks_py(tmp_path: Path) -> None:
         assert Path(files[name]).resolve() == (ROOT / name / "__init__.py").resolve()
 
 
+def _source_copy(tmp_path: Path) -> Path:
+    """The tracked files in a folder of their own: a build writes `build/` and `*.egg-info`
+    beside its source, and an egg-info left in the project root would shadow the installed
+    metadata (entry points included) of every later process started there."""
+    src = tmp_path / "src"
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for rel in tracked:
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
+    return src
+
+
 def test_only_one_top_level_name_in_wheel(tmp_path: Path) -> None:
     wheel_dir = tmp_path / "wheel"
     proc = subprocess.run(
@@ -67,7 +87,7 @@ def test_only_one_top_level_name_in_wheel(tmp_path: Path) -> None:
             "-q",
             "-w",
             str(wheel_dir),
-            str(ROOT),
+            str(_source_copy(tmp_path)),
         ],
         capture_output=True,
         text=True,
@@ -84,6 +104,11 @@ def test_only_one_top_level_name_in_wheel(tmp_path: Path) -> None:
         assert tops == {"maserve_prefect"}
         for name in SUBPACKAGES:
             assert f"maserve_prefect/{name}/__init__.py" in zf.namelist()
+        (entry_points,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        declared = zf.read(entry_points).decode()
+        # the library reaches the user folders only through these plugin groups
+        assert "[maserve_prefect.workflows]" in declared
+        assert "flows = maserve_prefect.flows.source" in declared
 
     target = tmp_path / "site"
     subprocess.run(

@@ -240,12 +240,6 @@ def test_sim_pool_dispatcher_starts_cold_or_warm() -> None:
         sim_pool_dispatcher(pf, Kernel(), deployments=["nope"])
 
 
-def test_the_estimated_output_limit_is_the_model_ops_default() -> None:
-    from maserve_prefect.tasks.model import DEFAULT_MAX_TOKENS
-
-    assert DEFAULT_OUTPUT_LIMIT == DEFAULT_MAX_TOKENS
-
-
 def test_doctests_of_the_pool_dispatch_modules() -> None:
     import doctest
 

@@ -7,6 +7,7 @@ import doctest
 import networkx as nx
 import pytest
 
+from maserve_prefect.bench.pool.traces import record_traces
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool import workload as pool_workload
 from maserve_prefect.pool.workload import (
@@ -16,7 +17,6 @@ from maserve_prefect.pool.workload import (
     RootWork,
     build_workload,
     convert_trace,
-    record_traces,
     session_key,
 )
 from maserve_prefect.trace.model import (

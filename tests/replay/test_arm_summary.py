@@ -7,11 +7,11 @@ from replay_factories import Factory, make_trace, paced_sim, scaled, wrapped
 
 from maserve_prefect.metrics.task import RootStatus
 from maserve_prefect.replay.arm_summary import ArmSummary, measured_roots, summarize_arm
-from maserve_prefect.replay.arrivals import ArrivalProcess, ClosedLoopArrivals, ThinkTime
 from maserve_prefect.replay.driver import replay_trace
 from maserve_prefect.replay.scenario import Scenario, parse_scenario
 from maserve_prefect.replay.traceset import TraceSet, build_trace_set
 from maserve_prefect.trace.cas import MemoryStore
+from maserve_prefect.workloads.arrivals import ArrivalProcess, ClosedLoopArrivals, ThinkTime
 
 
 def _setup(num_roots: int, **extra: object) -> tuple[Scenario, TraceSet]:

@@ -142,8 +142,8 @@ def test_external_delay_holds_the_release(rule: str) -> None:
 
 
 def test_arrival_rule_releases_at_the_recorded_submission_offset() -> None:
-    from maserve_prefect.replay.arrivals import ExplicitArrivals
     from maserve_prefect.trace.model import OpTimes
+    from maserve_prefect.workloads.arrivals import ExplicitArrivals
 
     trace = _with(make_trace(1, model_tokens=(64, 8)),
                   r0__a={"times": OpTimes(ready_s=0.1, submitted_s=0.3)},

@@ -9,7 +9,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "maserve_prefect.replay.arrivals",
+    "maserve_prefect.workloads.arrivals",
     "maserve_prefect.replay.work",
     "maserve_prefect.replay.audit",
     "maserve_prefect.replay.driver",

@@ -17,7 +17,6 @@ from maserve_prefect.errors import TraceValidationError
 from maserve_prefect.metrics.path import path_ledger
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.protocol.engine import Replica
-from maserve_prefect.replay.arrivals import ClosedLoopArrivals, ThinkTime
 from maserve_prefect.replay.driver import replay_trace
 from maserve_prefect.trace.model import (
     Dep,
@@ -29,6 +28,7 @@ from maserve_prefect.trace.model import (
     RootRecord,
     Trace,
 )
+from maserve_prefect.workloads.arrivals import ClosedLoopArrivals, ThinkTime
 
 DURATIONS = {"w0": 1.0, "w1": 2.0, "w2": 8.0, "j": 1.5}
 

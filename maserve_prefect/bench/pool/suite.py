@@ -30,26 +30,20 @@ import numpy as np
 
 from maserve_prefect.bench.pool.suite_file import PoolSuite, Scale, load_pool_suite
 from maserve_prefect.bench.pool.tables import Row, suite_tables
+from maserve_prefect.bench.pool.traces import record_traces
 from maserve_prefect.metrics.report import markdown_table
-from maserve_prefect.pool.costs import (
-    TrainingRows,
-    bucket_grid,
-    predictor_cost_model,
-    predictor_scores,
-    training_rows,
-)
+from maserve_prefect.pool.costs import cost_model_source
 from maserve_prefect.pool.executor import run_pool
 from maserve_prefect.pool.lower_bound import lower_bound
 from maserve_prefect.pool.results import PoolRunResult
+from maserve_prefect.pool.state import CostModel
 from maserve_prefect.pool.workload import (
     ARRIVAL_SEED,
     POOL_MODELS,
     RootWork,
     build_workload,
-    record_traces,
     workload_roots,
 )
-from maserve_prefect.predictors import Buckets, BucketTable
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -140,23 +134,21 @@ def _jsonable(v: Any) -> Any:
 
 
 def _cost_models(
-    suite: PoolSuite, arms: Sequence[str], roots: Sequence[RootWork], rows: TrainingRows,
+    suite: PoolSuite, arms: Sequence[str], roots: Sequence[RootWork], rows: Any,
     scale: Scale, num_trees: int,
-) -> dict[str, BucketTable]:  # fmt: skip
+) -> dict[str, CostModel]:  # fmt: skip
     units = [u for r in roots for u in r.units]
-    grid: Buckets = bucket_grid(
-        max(u.input_len for u in units),
-        max(u.max_tokens for u in units),
-        steps_per_doubling=scale.bucket_steps,
-    )
     models = sorted({u.deployment for u in units} | set(POOL_MODELS))
     kinds = sorted({suite.arms[a].predictor for a in arms})
+    source = cost_model_source()
     return {
-        k: predictor_cost_model(
+        k: source.suite_cost_model(
             k,
             models=models,
             devices=scale.device_names(),
-            buckets=grid,
+            max_input_len=max(u.input_len for u in units),
+            max_output_len=max(u.max_tokens for u in units),
+            steps_per_doubling=scale.bucket_steps,
             training=rows,
             num_trees=num_trees,
         )
@@ -183,9 +175,10 @@ def run_pool_suite(
     out = PoolSuiteResult(suite, scale)
     t0 = time.perf_counter()
     spec = suite.training_spec(sc)
-    rows = training_rows(spec)
+    source = cost_model_source()
+    rows = source.training_rows(spec)
     if sc.score_predictors:
-        out.predictors = predictor_scores(rows.measured, spec.num_trees)
+        out.predictors = source.training_scores(rows, spec.num_trees)
     out.seconds["predictors"] = time.perf_counter() - t0
     by_run: list[list[RootWork]] = []
     for run in range(sc.runs):

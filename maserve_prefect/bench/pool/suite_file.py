@@ -79,7 +79,7 @@ class Goals(_Model):
 
 
 class TrainingConfig(_Model):
-    """Predictor training rows (`pool_costs.TrainingSpec`); `profiles` is relative to the file."""
+    """Predictor training rows (`pool.costs.TrainingSpec`); `profiles` is relative to the file."""
 
     profiles: Path
     measured_shapes: Axes | None = None

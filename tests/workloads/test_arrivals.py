@@ -6,14 +6,14 @@ import pytest
 from replay_factories import make_trace
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.replay.arrivals import (
+from maserve_prefect.replay.driver import replay_trace
+from maserve_prefect.workloads.arrivals import (
     ClosedLoopArrivals,
     ExplicitArrivals,
     PoissonArrivals,
     ThinkTime,
     TraceArrivals,
 )
-from maserve_prefect.replay.driver import replay_trace
 
 
 def test_poisson_is_deterministic_per_seed() -> None:

@@ -6,11 +6,8 @@ import doctest
 from pathlib import Path
 
 import pytest
-from maserve_prefect.predictors import GraphPredictor
-
-from maserve_prefect.errors import ConfigError
-from maserve_prefect.pool import costs as pool_costs
-from maserve_prefect.pool.costs import (
+from maserve_prefect.predictors import GraphPredictor, pool_costs
+from maserve_prefect.predictors.pool_costs import (
     TrainingRows,
     TrainingSpec,
     bucket_grid,
@@ -18,6 +15,8 @@ from maserve_prefect.pool.costs import (
     predictor_cost_model,
     training_rows,
 )
+
+from maserve_prefect.errors import ConfigError
 
 MODELS = ("Qwen3-0.6B", "Qwen3-8B")
 DEVICES = ("V100-32GB:0", "A100-40GB:1")
