@@ -62,7 +62,7 @@ from maserve_prefect.protocol.controls import (
     Tier,
 )
 from maserve_prefect.protocol.state import ResidencyView
-from maserve_prefect.protocol.views import SessionView, WaitingRequest
+from maserve_prefect.protocol.views import SessionView, WaitingRequest, fcfs_order
 
 __all__ = [
     "CacheAware",
@@ -107,10 +107,11 @@ def _order(
     residency: ResidencyView,
     now_s: float,
 ) -> list[str]:
-    ranked = sorted(
-        waiting, key=lambda w: (policy.key(w, residency, now_s), w.arrival_s, w.request_id)
-    )
-    return [w.request_id for w in ranked]
+    by_key = sorted(
+        fcfs_order(waiting, lambda w: w.arrival_s, lambda w: w.request_id),
+        key=lambda w: policy.key(w, residency, now_s),
+    )  # stable: FCFS within equal keys
+    return [w.request_id for w in by_key]
 
 
 class Fcfs:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from maserve_prefect.dispatch.plans import Decisions, Snapshot
+from maserve_prefect.dispatch.snapshot import Decisions, Snapshot
 from maserve_prefect.pool.constructor import LifecycleOption, lifecycle_option
 from maserve_prefect.pool.fusion import WorkItem
 from maserve_prefect.pool.plan_round import Round

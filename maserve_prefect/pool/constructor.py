@@ -32,15 +32,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from maserve_prefect.dispatch.plans import Load, Unload
+from maserve_prefect.dispatch.snapshot import Load, Unload
 from maserve_prefect.pool.memory_ledger import MemoryLedger
 from maserve_prefect.pool.state import (
     INF,
     CostModel,
     PoolState,
     ReplicaInfo,
-    ReplicaPhase,
 )
+from maserve_prefect.protocol.state import Lifecycle
 
 
 class OptionKind(Enum):
@@ -101,7 +101,7 @@ def is_redundant(state: PoolState, r: ReplicaInfo, leaving: set[str]) -> bool:
     load of it is planned: reclaiming `r` leaves its work a copy."""
     for o in state.replicas:
         if o.deployment == r.deployment and o.name != r.name and o.name not in leaving:
-            if o.phase is not ReplicaPhase.UNLOADING:
+            if o.lifecycle is not Lifecycle.UNLOADING:
                 return True
     return any(p.deployment == r.deployment for p in state.planned)
 

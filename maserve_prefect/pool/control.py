@@ -2,8 +2,8 @@
 
 One idea: a pool plan is pure — it sees a `PoolSnapshot` and returns `Decisions` — so somebody
 must keep what the snapshot is built from and carry the decisions out. That is the
-`PoolController`, the part of the one dispatcher (`dispatch.dispatcher`) that a dispatcher owns
-when it drives a pool. It keeps
+`PoolController`: the books (`dispatch.books.Books`) the one dispatcher keeps when it drives a
+pool, planning once per instant at LATE priority. It keeps
 
 - the known DAG of every live root: units with statuses and recorded ready / submit / done
   times, predicted best runtimes, DAG facts (`window.dag_stats`) and fused chains;
@@ -41,7 +41,7 @@ Examples:
     ...                      {"m": Deployment("m", "Qwen3-0.6B")}, RooflineCostModel())
     >>> ctl.reveal(WorkUnit("r/a", "r", "m", 0, 8), 0.0)
     True
-    >>> ctl.snapshot(0.0, ()).window.near_ready, ctl.live_roots()
+    >>> ctl.snapshot(0.0, (), ()).window.near_ready, ctl.live_roots()
     ((), ['r'])
 """
 
@@ -52,8 +52,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from maserve_prefect.clock import Clock
-from maserve_prefect.dispatch.plans import Decisions, Load, ReplicaView, Unit
+from maserve_prefect.clock import LATE, Clock
+from maserve_prefect.dispatch.books import Cadence, per_instant
+from maserve_prefect.dispatch.snapshot import Decisions, Load, ReplicaView, Snapshot, Unit
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.pool.fusion import Chain, fusible_chains
@@ -68,13 +69,13 @@ from maserve_prefect.pool.state import (
     PlannedLoad,
     PoolState,
     ReplicaInfo,
-    ReplicaPhase,
     deployment_info,
 )
 from maserve_prefect.pool.window import DagStats, UnitStatus, WorkUnit, build_window, dag_stats
 from maserve_prefect.protocol.engine import LifecycleTicket
 from maserve_prefect.protocol.outcomes import Acceptance
 from maserve_prefect.protocol.requests import DEFAULT_MAX_TOKENS
+from maserve_prefect.protocol.state import Lifecycle
 
 DEFAULT_OUTPUT_LIMIT = DEFAULT_MAX_TOKENS
 """Output tokens assumed for a revealed unit until its request is known: the limit a model op
@@ -270,13 +271,59 @@ class PoolController:
         """Roots with unfinished known units, in the order they went live."""
         return list(self.live)
 
-    # -- unit events -----------------------------------------------------------------------
+    # -- the dispatcher's books (`dispatch.books.Books`) ------------------------------------
 
-    def arrive(self, root: str, now: float) -> None:
+    @property
+    def cadence(self) -> Cadence:
+        """A pool plan decides once per instant, after everything else due then (LATE)."""
+        return per_instant(self.clock, LATE)
+
+    def attach(self, on_lifecycle_done: Callable[[str], None]) -> None:
+        """The dispatcher's lifecycle-done event, called when a load or unload ends."""
+        self.on_lifecycle_done = on_lifecycle_done
+
+    def arrive(self, root: str, now: float) -> bool:
         """A root arrived (its declared units become part of the window)."""
         self.arrival[root] = now
         if self.left.get(root):
             self.live[root] = None
+        return True
+
+    def known(self, unit: Unit, preds: Sequence[str], now: float) -> bool:
+        """A model call became known with the model calls it waits for (`reveal`); its sizes
+        come with its ready event once it is known."""
+        if not unit.deployment or unit.unit_id in self.units:
+            return False  # not a model call, or already known
+        work = WorkUnit(
+            unit.unit_id,
+            unit.root_id,
+            unit.deployment,
+            unit.num_prompt_tokens,
+            unit.max_tokens,
+            preds=tuple(preds),
+            priority=unit.priority,
+            workflow=unit.workflow,
+        )
+        return self.reveal(work, now)
+
+    def near_ready(self, unit: Unit, preds: Sequence[str], now: float) -> bool:
+        """A near-ready unit reaches the window as a known one."""
+        return self.known(unit, preds, now)
+
+    def ready(self, unit: Unit, now: float) -> str | None:
+        return self.mark_ready(unit, now)
+
+    def submitted(self, unit_id: str, replica: str, now: float, *, root_id: str) -> None:
+        self.mark_submitted(unit_id, replica, now)
+
+    def done(self, unit_id: str, replica: str | None, now: float) -> None:
+        self.mark_done(unit_id, replica, now)
+
+    def after_plan(self, plan: str, snapshot: Snapshot) -> Sequence[tuple[str, str]]:
+        """Stop a thrashing plan (`check_thrash`); a pool never fails units for lack of a replica
+        (its plan may load one)."""
+        self.check_thrash(plan)
+        return ()
 
     def mark_ready(self, unit: Unit, now: float) -> str | None:
         """`unit` is ready with its real sizes; the replica a standing grant binds it to, if any."""
@@ -389,14 +436,14 @@ class PoolController:
     def availability(self, deployment: str) -> str:
         """Why a ready unit of `deployment` waits: "other" (a replica serves it), "load" (one is
         loading or waits for its victims), "no_load" (none serves and none is coming)."""
-        phases = [
-            v.phase
+        lifecycles = [
+            v.lifecycle
             for v in self.pool.residents()
             if self.where.get(v.name, ("", ""))[0] == deployment
         ]
-        if ReplicaPhase.RESIDENT in phases:
+        if Lifecycle.READY in lifecycles:
             return "other"
-        loading = ReplicaPhase.LOADING in phases
+        loading = any(lc.becoming_ready for lc in lifecycles)
         if loading or any(w.load.deployment == deployment for w in self.waiting):
             return "load"
         return "no_load"
@@ -449,8 +496,11 @@ class PoolController:
 
     # -- snapshot --------------------------------------------------------------------------
 
-    def snapshot(self, now: float, views: tuple[ReplicaView, ...]) -> PoolSnapshot:
-        """The `PoolSnapshot` at `now` (`views`: the dispatcher's replica views)."""
+    def snapshot(
+        self, now: float, ready: tuple[Unit, ...], views: tuple[ReplicaView, ...]
+    ) -> PoolSnapshot:
+        """The `PoolSnapshot` at `now` (`views`: the dispatcher's replica views; the ready units
+        come from these books, with their predicted releases)."""
         for root in sorted(self._dirty):
             self._refresh(root)
         self._dirty.clear()
@@ -515,7 +565,7 @@ class PoolController:
                     v.name,
                     dep_name,
                     device,
-                    v.phase,
+                    v.lifecycle,
                     self.ready_at.get(v.name, now),
                     held,
                     fit.footprint_bytes,

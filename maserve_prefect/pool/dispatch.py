@@ -16,20 +16,19 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.plans import Plan, get_plan
+from maserve_prefect.engines.poolfile import PoolFile
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.pool.baselines import RequestLevelPlan
 from maserve_prefect.pool.control import PoolController
 from maserve_prefect.pool.handle import SimPoolHandle
+from maserve_prefect.pool.joint_plan import JointPlan
 from maserve_prefect.pool.snapshot import PlanOptions
 from maserve_prefect.pool.state import CostModel, RooflineCostModel
-
-if TYPE_CHECKING:
-    from maserve_prefect.dispatch.dispatcher import Dispatcher
-    from maserve_prefect.engines.poolfile import PoolFile
 
 POOL_STARTS = ("cold", "warm")
 """How a native run's pool starts under a pool plan (`sim_pool_dispatcher`)."""
@@ -42,9 +41,6 @@ def needs_pool(plan: str | Plan) -> bool:
         >>> needs_pool("joint"), needs_pool("kairos"), needs_pool("fcfs")
         (True, True, False)
     """
-    from maserve_prefect.pool.baselines import RequestLevelPlan
-    from maserve_prefect.pool.joint_plan import JointPlan
-
     chosen = get_plan(plan) if isinstance(plan, str) else plan
     return isinstance(chosen, JointPlan | RequestLevelPlan)
 
@@ -82,11 +78,9 @@ def sim_pool_dispatcher(
     Examples:
         >>> from maserve_prefect.engines.poolfile import default_pool_file
         >>> pool, d = sim_pool_dispatcher(default_pool_file(), Kernel())
-        >>> pool.replicas(), d.plan.name, d.pool is not None
+        >>> pool.replicas(), d.plan.name, isinstance(d.books, PoolController)
         ([], 'joint', True)
     """
-    from maserve_prefect.dispatch.dispatcher import Dispatcher
-
     if start not in POOL_STARTS:
         raise ConfigError(f"pool start {start!r}: expected one of {POOL_STARTS}")
     entries = {d.name: d.to_deployment() for d in pool_file.deployments}
@@ -111,4 +105,4 @@ def sim_pool_dispatcher(
         )
         kernel.run()
         control.mark_warm(kernel.now())
-    return pool, Dispatcher(pool.replicas, kernel.now, plan, pool=control)
+    return pool, Dispatcher(pool.replicas, kernel.now, plan, books=control)

@@ -46,7 +46,8 @@ import numpy as np
 from maserve_prefect.clock import URGENT, Clock
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.plans import Plan, Unit, get_plan
+from maserve_prefect.dispatch.plans import Plan, get_plan
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.engines.sim.pool.device_time import DeviceTimeRow
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
@@ -132,7 +133,7 @@ class _PoolRun:
             check = PoolController(self.pool, clock, self.deps, costs, plan_opts)
             check.declare(units)
         self.dispatcher = Dispatcher(
-            self.pool.replicas, clock.now, plan, pool=self.control, observer=self
+            self.pool.replicas, clock.now, plan, books=self.control, observer=self
         )
         self.arrival: dict[str, float] = {}
         self.finish: dict[str, float] = {}

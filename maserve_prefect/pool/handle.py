@@ -21,21 +21,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from maserve_prefect.engines.catalog import GpuSpec
-from maserve_prefect.engines.sim.pool.device import Deployment, ReplicaStatus
+from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
-from maserve_prefect.pool.state import ReplicaPhase
 from maserve_prefect.protocol.engine import LifecycleTicket, Replica
+from maserve_prefect.protocol.state import Lifecycle
 
 LifecycleCallback = Callable[[LifecycleTicket], None]
-
-_PHASE = {
-    ReplicaStatus.LOADING: ReplicaPhase.LOADING,
-    ReplicaStatus.WAKING: ReplicaPhase.LOADING,
-    ReplicaStatus.READY: ReplicaPhase.RESIDENT,
-    ReplicaStatus.FALLING_ASLEEP: ReplicaPhase.SLEEPING,
-    ReplicaStatus.ASLEEP: ReplicaPhase.SLEEPING,
-    ReplicaStatus.UNLOADING: ReplicaPhase.UNLOADING,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +34,7 @@ class ResidentView:
     """A replica that holds (or is acquiring / releasing) device memory, as the pool reports it."""
 
     name: str
-    phase: ReplicaPhase
+    lifecycle: Lifecycle
     held_bytes: int
     accepting: bool
 
@@ -84,9 +75,8 @@ class SimPoolHandle:
     def residents(self) -> Sequence[ResidentView]:
         out = []
         for p in self.pool.pool_replicas():  # creation order
-            phase = _PHASE.get(p.status)
-            if phase is not None:
-                out.append(ResidentView(p.name, phase, p.reserved_bytes, p.engine.accepting))
+            if not p.status.is_dead:
+                out.append(ResidentView(p.name, p.status, p.reserved_bytes, p.engine.accepting))
         return out
 
     def load(

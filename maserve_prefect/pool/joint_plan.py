@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from maserve_prefect.dispatch.plans import Decisions, Snapshot
+from maserve_prefect.dispatch.snapshot import Decisions, Snapshot
 from maserve_prefect.pool.constructor import (
     LifecycleOption,
     lifecycle_option,

@@ -20,7 +20,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from maserve_prefect.pool.state import INF, PoolState, ReplicaPhase
+from maserve_prefect.pool.state import INF, PoolState
+from maserve_prefect.protocol.state import Lifecycle
 
 
 class MemoryLedger:
@@ -43,7 +44,7 @@ class MemoryLedger:
         for r in state.replicas:
             if r.held_bytes > 0:
                 self.add(r.device, -INF, r.held_bytes)
-            if r.phase is ReplicaPhase.UNLOADING:
+            if r.lifecycle is Lifecycle.UNLOADING:
                 self.release(r.device, max(r.ready_s, now), r.held_bytes, r.name)
         for p in state.planned:
             self.add(p.device, max(p.start_s, now), p.footprint_bytes)

@@ -21,12 +21,13 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from maserve_prefect.dispatch.plans import Decisions, Grant, Load, Submit, Unload
+from maserve_prefect.dispatch.snapshot import Decisions, Grant, Load, Submit, Unload
 from maserve_prefect.pool.constructor import LifecycleOption
 from maserve_prefect.pool.fusion import WorkItem
 from maserve_prefect.pool.memory_ledger import MemoryLedger
 from maserve_prefect.pool.snapshot import PoolSnapshot
-from maserve_prefect.pool.state import INF, PoolState, ReplicaInfo, ReplicaPhase
+from maserve_prefect.pool.state import INF, PoolState, ReplicaInfo
+from maserve_prefect.protocol.state import Lifecycle
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,7 @@ class Round:
         """(ready time, batch limit) of replicas of `deployment` on their way (not resident)."""
         out = list(self.new_supply.get(deployment, ()))
         for r in self.state.replicas_of(deployment):
-            if r.phase is ReplicaPhase.LOADING:
+            if r.lifecycle.becoming_ready:
                 out.append((max(r.ready_s, self.now), r.max_num_seqs))
         for p in self.state.planned:
             if p.deployment == deployment:
@@ -205,7 +206,7 @@ class Round:
                 ends += self.ends.get(r.name, [])
                 if ends:
                     out.append(Slots(gpu, tuple(ends)))
-            elif r.phase is ReplicaPhase.LOADING:
+            elif r.lifecycle.becoming_ready:
                 at = max(r.ready_s, self.now)
                 n = self.batch_cap(deployment, r.device, items, self.ledger.headroom(r.device, at))
                 out.append(Slots(gpu, (at,) * n))
@@ -267,7 +268,7 @@ class Round:
         if self.supply(deployment):
             return True
         return any(
-            r.phase is not ReplicaPhase.UNLOADING for r in self.state.replicas_of(deployment)
+            r.lifecycle is not Lifecycle.UNLOADING for r in self.state.replicas_of(deployment)
         )
 
     def decisions(self) -> Decisions:

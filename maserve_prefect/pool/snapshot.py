@@ -6,7 +6,7 @@ roots' DAG, cost predictions, fused chains and the plan knobs (`PlanOptions`) â€
 `PoolController` (`pool.control`) builds; `pool_snapshot` refuses a plain snapshot.
 
 Examples:
-    >>> from maserve_prefect.dispatch.plans import Snapshot
+    >>> from maserve_prefect.dispatch.snapshot import Snapshot
     >>> PlanOptions().fusion, PlanOptions(prefetch=False).prefetch
     (True, False)
     >>> pool_snapshot(Snapshot(0.0, (), (), ()), "joint")  # doctest: +ELLIPSIS
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from maserve_prefect.dispatch.plans import Snapshot
+from maserve_prefect.dispatch.snapshot import Snapshot
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.fusion import Chain
 from maserve_prefect.pool.state import CostModel, PoolState
@@ -46,7 +46,7 @@ class PlanOptions:
     tie_s: float = 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PoolSnapshot(Snapshot):
     """A `Snapshot` extended with the pool state, the window and the predictions.
 

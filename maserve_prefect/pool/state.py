@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from functools import cache
 from typing import Protocol
 
@@ -42,6 +41,7 @@ from maserve_prefect.engines.sim.cost.step_cost import ScheduledChunk
 from maserve_prefect.engines.sim.cost.step_time import RooflineStepModel, make_step_model
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.protocol.state import Lifecycle
 
 INF = float("inf")
 
@@ -120,19 +120,6 @@ class RooflineCostModel:
 
     def load_s(self, model: str, device: str) -> float:
         return _load_s(model, device)
-
-
-class ReplicaPhase(Enum):
-    """Where a replica is in its lifecycle (ordered by how available it is for work)."""
-
-    RESIDENT = "resident"
-    LOADING = "loading"
-    SLEEPING = "sleeping"
-    UNLOADING = "unloading"
-
-    @property
-    def in_transition(self) -> bool:
-        return self in (ReplicaPhase.LOADING, ReplicaPhase.UNLOADING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +226,7 @@ class ReplicaInfo:
     name: str
     deployment: str
     device: str
-    phase: ReplicaPhase
+    lifecycle: Lifecycle
     ready_s: float
     held_bytes: int
     footprint_bytes: int
@@ -253,7 +240,7 @@ class ReplicaInfo:
     @property
     def serving(self) -> bool:
         """Resident and taking submissions now."""
-        return self.phase is ReplicaPhase.RESIDENT and self.accepting
+        return self.lifecycle is Lifecycle.READY and self.accepting
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,8 +336,8 @@ class PoolState:
     def reclaimable(self, replica: str) -> bool:
         """Idle, lease-free and resident or sleeping: an unload may start now."""
         r = self.replica(replica)
-        ok_phase = r.phase in (ReplicaPhase.RESIDENT, ReplicaPhase.SLEEPING)
-        return ok_phase and not self.leased(replica)
+        settled = r.lifecycle is Lifecycle.READY or r.lifecycle.sleeping
+        return settled and not self.leased(replica)
 
     def grant_of(self, unit_id: str) -> str | None:
         """The replica a standing grant binds `unit_id` to, if any."""

@@ -47,12 +47,12 @@ from maserve_prefect.pool.inputs import ExecOptions, Workflow
 from maserve_prefect.pool.results import PoolRunResult
 from maserve_prefect.pool.state import (
     CostModel,
-    ReplicaPhase,
     RooflineCostModel,
     deployment_info,
 )
 from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket, Replica
 from maserve_prefect.protocol.outcomes import Acceptance
+from maserve_prefect.protocol.state import Lifecycle
 
 if TYPE_CHECKING:
     from maserve_prefect.engines.openai.engine import OpenAIEngine
@@ -114,7 +114,7 @@ class VLLMPoolHandle:
                 if fit is not None:
                     self._footprint[(name, device)] = fit.footprint_bytes
         self._where: dict[str, tuple[str, str]] = {}  # replica -> (deployment, device)
-        self._phase: dict[str, ReplicaPhase] = {}  # creation order
+        self._lifecycle: dict[str, Lifecycle] = {}  # creation order
         self._engines: dict[str, OpenAIEngine] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.errors: list[BaseException] = []
@@ -134,11 +134,11 @@ class VLLMPoolHandle:
         return [
             ResidentView(
                 name,
-                phase,
+                lifecycle,
                 self._footprint.get(self._where[name], 0),
-                phase is ReplicaPhase.RESIDENT,
+                lifecycle is Lifecycle.READY,
             )
-            for name, phase in self._phase.items()
+            for name, lifecycle in self._lifecycle.items()
         ]
 
     def callback_errors(self) -> list[BaseException]:
@@ -157,33 +157,33 @@ class VLLMPoolHandle:
         ticket = self.pool.load(deployment.name, device, on_done=from_waiter)
         if ticket.acceptance is Acceptance.ACCEPTED:
             self._where[ticket.replica] = (deployment.name, device)
-            self._phase[ticket.replica] = ReplicaPhase.LOADING
+            self._lifecycle[ticket.replica] = Lifecycle.LOADING
         return ticket
 
     def _loaded(self, ticket: LifecycleTicket, on_done: LifecycleCallback | None) -> None:
         name = ticket.replica
         deployment, device = self._where[name]
         if ticket.error is not None:
-            self._phase.pop(name, None)
+            self._lifecycle.pop(name, None)
             self.errors.append(
                 EngineError(f"load of {deployment} on {device} ({name}) failed: {ticket.error}")
             )
             return
-        if self._phase.get(name) is not ReplicaPhase.LOADING:
+        if self._lifecycle.get(name) is not Lifecycle.LOADING:
             return  # unloaded while it was loading; the unload answers the controller
         engine = self.pool.new_engine(name, now=self.now, **self.engine_kwargs)
         engine.attach()
         self._engines[name] = engine
-        self._phase[name] = ReplicaPhase.RESIDENT
+        self._lifecycle[name] = Lifecycle.READY
         if on_done is not None:
             on_done(ticket)
 
     def unload(self, replica: str, on_done: LifecycleCallback | None) -> LifecycleTicket:
-        if replica not in self._phase:
+        if replica not in self._lifecycle:
             why = f"replica {replica} is not loaded or loading"
             return LifecycleTicket(LifecycleAction.UNLOAD, replica, Acceptance.REJECTED, why)
         ticket = LifecycleTicket(LifecycleAction.UNLOAD, replica, Acceptance.ACCEPTED)
-        self._phase[replica] = ReplicaPhase.UNLOADING
+        self._lifecycle[replica] = Lifecycle.UNLOADING
         task = self._loop.create_task(
             self._unload(ticket, self._engines.pop(replica, None), on_done)
         )
@@ -202,7 +202,7 @@ class VLLMPoolHandle:
                 await engine.aclose()
             stopped = await self._loop.run_in_executor(None, self.pool.unload, ticket.replica)
             ticket.done_s, ticket.error = self.now(), stopped.error
-            del self._phase[ticket.replica]
+            del self._lifecycle[ticket.replica]
             if stopped.error is not None:
                 raise EngineError(f"unload of {ticket.replica} failed: {stopped.error}")
             if on_done is not None:

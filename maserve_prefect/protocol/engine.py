@@ -34,18 +34,7 @@ from maserve_prefect.protocol.controls import Control
 from maserve_prefect.protocol.intents import Intent
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
-from maserve_prefect.protocol.state import DeviceMemory, EngineState
-
-# ---------------------------------------------------------------------------------------------
-# requests, controls, intents
-
-
-# ---------------------------------------------------------------------------------------------
-# answers
-
-
-# ---------------------------------------------------------------------------------------------
-# state and capabilities
+from maserve_prefect.protocol.state import DeviceMemory, EngineState, Lifecycle
 
 
 class LifecycleAction(Enum):
@@ -80,6 +69,11 @@ class Replica(Protocol):
     def inform(self, intent: Intent) -> None: ...
 
     def state(self) -> EngineState: ...
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """Where the replica is in its life now (cheap: read at every dispatch)."""
+        ...
 
 
 class Pool(Protocol):

@@ -40,9 +40,14 @@ class Acceptance(Enum):
 
 
 class OutcomeStatus(Enum):
+    """How a request ended. REJECTED is never an engine's answer to an accepted request: the
+    dispatcher gives it to a unit the engine refused at submission (`Ticket.acceptance`), so its
+    caller still gets exactly one outcome per request."""
+
     COMPLETED = "completed"
     FAILED = "failed"
     ABORTED = "aborted"
+    REJECTED = "rejected"
 
 
 @dataclass(frozen=True, slots=True)

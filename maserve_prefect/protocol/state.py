@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from types import MappingProxyType
 
 from maserve_prefect.errors import RequestError
@@ -30,13 +31,76 @@ from maserve_prefect.protocol.intents import Prediction
 from maserve_prefect.protocol.subjects import ContextRef, InstanceRef
 
 
+class Lifecycle(IntEnum):
+    """Where a replica is in its life, ordered from serving to gone (vLLM's `RequestStatus` idea).
+
+    The one lifecycle of the seam: the simulator's pool, the vLLM process pool, the OpenAI
+    client and the pool runtime all speak it. READY is the only state that takes new requests;
+    the transitions (LOADING, WAKING, FALLING_ASLEEP, UNLOADING) end in a stable state; from
+    UNLOADED on a replica is dead: nothing will be served again without outside action.
+
+    Examples:
+        >>> Lifecycle.READY.accepting, Lifecycle.WAKING.becoming_ready, Lifecycle.STOPPED.is_dead
+        (True, True, True)
+        >>> sorted([Lifecycle.FAILED, Lifecycle.LOADING, Lifecycle.READY])[0].label
+        'ready'
+    """
+
+    READY = 0
+    """Serving; takes new requests."""
+    DRAINING = 1
+    """Finishing what it holds; takes nothing new."""
+    PAUSED = 2
+    """Holds its requests; starts no new engine step."""
+    LOADING = 3
+    WAKING = 4
+    FALLING_ASLEEP = 5
+    ASLEEP = 6
+    """Weights kept (level 1) or dropped (level 2) off the device's KV; must be woken first."""
+    UNLOADING = 7
+    UNLOADED = 8
+    STOPPED = 9
+    UNREACHABLE = 10
+    FAILED = 11
+
+    @property
+    def label(self) -> str:
+        """Lower-case name, as tables and error messages print it."""
+        return self.name.lower()
+
+    @property
+    def accepting(self) -> bool:
+        return self is Lifecycle.READY
+
+    @property
+    def becoming_ready(self) -> bool:
+        """Loading or waking: READY when the transition ends."""
+        return self is Lifecycle.LOADING or self is Lifecycle.WAKING
+
+    @property
+    def sleeping(self) -> bool:
+        """Falling asleep or asleep: holds its weights, serves nothing until woken."""
+        return self is Lifecycle.FALLING_ASLEEP or self is Lifecycle.ASLEEP
+
+    @property
+    def in_transition(self) -> bool:
+        return (
+            self.becoming_ready or self is Lifecycle.FALLING_ASLEEP or self is Lifecycle.UNLOADING
+        )
+
+    @property
+    def is_dead(self) -> bool:
+        """Nothing will be served again without outside action (unloaded, stopped, ...)."""
+        return self >= Lifecycle.UNLOADED
+
+
 @dataclass(frozen=True, slots=True)
 class EngineState:
     """A snapshot of one replica (never aliases live state)."""
 
     name: str
     deployment: str
-    lifecycle: str
+    lifecycle: Lifecycle
     num_running: int
     num_waiting: int
     kv_usage: float

@@ -12,10 +12,27 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from maserve_prefect.errors import RequestError
 from maserve_prefect.protocol.subjects import ContextRef
+
+T = TypeVar("T")
+
+
+def fcfs_order(
+    items: Iterable[T], arrival_s: Callable[[T], float], ident: Callable[[T], str]
+) -> list[T]:
+    """First come, first served: by arrival, ties by id — the one FCFS order of the project (the
+    dispatcher's `fcfs` plan, HEAR's `Fcfs` policy and every ordering policy's tie-break).
+
+    Examples:
+        >>> fcfs_order([("b", 1.0), ("a", 1.0), ("c", 0.5)], lambda x: x[1], lambda x: x[0])
+        [('c', 0.5), ('a', 1.0), ('b', 1.0)]
+    """
+    return sorted(items, key=lambda x: (arrival_s(x), ident(x)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from typing import Any
 
 from maserve_prefect.clock import URGENT, Clock
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.plans import Unit
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.poolfile import PoolFile
 from maserve_prefect.errors import SimulationError, TraceValidationError
 from maserve_prefect.protocol.engine import Replica

@@ -4,16 +4,17 @@ One idea: every model op becomes one length-locked `Request` (prompt tokens and 
 hashes from the op, `max_tokens = min_tokens =` its recorded output tokens) submitted at its
 recorded time — `times.submitted_s`, else `times.ready_s`, else its root's `arrival_s` — shifted
 so the earliest op lands at `start_s` (default: the clock's now, e.g. once the replicas are
-loaded). `pool.route` picks the replica at submit time. Request ids are op ids, so the replicas'
-step records join back to the ops.
+loaded). Each request is a ready unit of the one `Dispatcher` (`dispatch`) under the `fcfs` plan:
+it goes at once to the least-loaded READY replica of the deployment (fewest outstanding requests,
+ties by name). Request ids are op ids, so the replicas' step records join back to the ops.
 
 This is the Arrival rule, a non-causal reference arm: ops of one root are released at their
-observed times whether or not their predecessors have finished here. Dependency-aware fixed-work
-replay (releasing an op when its required predecessors complete) is a later issue; the result
-says how many roots have several model ops, and the CLI prints that caveat. Non-model ops (tools,
-transforms, state) are not simulated and are counted in `num_skipped_ops`. An op recorded with 0
-output tokens is replayed with 1 (an engine always samples one token) and counted in
-`num_padded_outputs`.
+observed times whether or not their predecessors have finished here (dependency-aware fixed-work
+replay is `replay.driver`, `maserve replay`); the result says how many roots have several model
+ops, and the CLI prints that caveat. Non-model ops (tools, transforms, state) are not simulated
+and are counted in `num_skipped_ops`. An op recorded with 0 output tokens is replayed with 1 (an
+engine always samples one token) and counted in `num_padded_outputs`. A request the replica
+refuses is reported `rejected` with the replica's reason.
 
 The kernel is advanced in chunks of simulated time (`run(until=...)`), calling `progress` after
 each chunk, so a CLI can draw a progress bar. While it runs, the objects alive at its start (the
@@ -46,12 +47,15 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from maserve_prefect.clock import URGENT
+from maserve_prefect.dispatch.dispatcher import Dispatcher
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.engines.sim.stats import Summary, summarize, time_weighted_mean, window_max
 from maserve_prefect.engines.sim.step.records import SERIES
 from maserve_prefect.errors import ConfigError, SimulationError
-from maserve_prefect.protocol.outcomes import Outcome
+from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import Lifecycle
 from maserve_prefect.trace.model import OpKind, OpRecord, Trace
 
 POLICIES = ("arrival",)
@@ -196,6 +200,16 @@ def replay_requests(
     if policy not in POLICIES:
         raise ConfigError(f"unknown release policy {policy!r}; request-level replay has {POLICIES}")
     clock = pool.clock
+    replicas = [
+        p.engine
+        for p in pool.pool_replicas()
+        if p.deployment.name == deployment and p.status is Lifecycle.READY
+    ]
+    if not replicas:
+        raise ConfigError(
+            f"the pool has no READY replica of {deployment!r}; load one and run the clock until "
+            "its load ticket completes"
+        )
     arrivals = {r.root_id: r.arrival_s for r in trace.roots}
     model_ops = [op for op in trace.ops if op.kind is OpKind.MODEL]
     if not model_ops:
@@ -217,31 +231,32 @@ def replay_requests(
     base = _counters(pool, deployment)
     slots: list[RequestResult | None] = [None] * len(model_ops)
     state = {"submitted": 0, "pending": 0, "done": 0}
+    dispatcher = Dispatcher(lambda: replicas, clock.now, "fcfs")
+    where: dict[int, tuple[float, str]] = {}  # op index -> (submit time, replica)
 
     def submit(i: int) -> None:
         op = model_ops[i]
         req = op_request(op, deployment)
-        now = clock.now()
         state["submitted"] += 1
-        rep = pool.route(deployment)
-        if rep is None:
-            slots[i] = _rejected(op, req, now, "", f"no ready replica of {deployment!r}")
-            state["done"] += 1
-            return
-        ticket = rep.submit(req)
-        if not ticket.accepted:
-            slots[i] = _rejected(op, req, now, rep.name, ticket.reason)
-            state["done"] += 1
-            return
         state["pending"] += 1
-        name = rep.name
+        unit = Unit(op.op_id, op.root_id, deployment, req.num_prompt(), req.max_tokens,
+                    priority=req.priority, ready_s=clock.now())  # fmt: skip
+        dispatcher.on_ready(
+            unit,
+            req,
+            on_done=partial(done, i, req),
+            on_submitted=lambda now, replica: where.__setitem__(i, (now, replica)),
+        )
 
-        def done(out: Outcome) -> None:
-            slots[i] = _completed(op, name, out)
-            state["pending"] -= 1
-            state["done"] += 1
-
-        ticket.on_done(done)
+    def done(i: int, req: Request, out: Outcome) -> None:
+        op = model_ops[i]
+        now, replica = where.get(i, (out.finish_s, ""))
+        if out.status is OutcomeStatus.REJECTED:
+            slots[i] = _rejected(op, req, now, replica, out.error or "")
+        else:
+            slots[i] = _completed(op, replica, out)
+        state["pending"] -= 1
+        state["done"] += 1
 
     for i in order:
         clock.call_at(start + (times[i] - t0), partial(submit, i), URGENT, "replay submit")
@@ -341,6 +356,6 @@ def _aggregate(
     if result.num_multi_op_roots:
         result.notes.append(
             f"{result.num_multi_op_roots} roots have several model ops: replayed request by "
-            "request at recorded times (Arrival rule, non-causal); dependency-aware fixed-work "
-            "replay is not implemented yet"
+            "request at recorded times (Arrival rule, non-causal); for dependency-aware "
+            "fixed-work replay use `maserve replay` (DAG rule)"
         )

@@ -18,11 +18,14 @@ Timing:
   rejected or fails ends its session (the next prompt would hold an answer that never came); the
   remaining turns are counted as skipped. Open-loop turns arrive regardless.
 
-Dispatch happens once per instant at which something arrived or finished (a NORMAL-priority
-kernel event, after the instant's arrivals and step ends, before the replicas' next step starts),
-so same-instant arrivals are ordered together. A session's turns go to the replica that served its
-first turn (`sticky=True`, default — the only place its prefix is cached); a first turn goes to
-the replica with room that has the fewest outstanding requests (ties by name).
+The queue is the one `Dispatcher`'s (`dispatch`): each arriving turn is a ready unit, the
+replicas' caps are the dispatcher's `max_outstanding`, and the plan is `sticky` (or `ordered`
+with `sticky=False`, `dispatch.admission`) with the hook as its order. It plans once per instant
+at which something arrived or finished (a NORMAL-priority kernel event, after the instant's
+arrivals and step ends, before the replicas' next step starts), so same-instant arrivals are
+ordered together. A session's turns go to the replica that served its first turn (`sticky=True`,
+default — the only place its prefix is cached); a first turn goes to the replica with room that
+has the fewest outstanding requests (ties by name).
 
 Results (`replay.session_results`): per turn, per session and the aggregates; TTFT is measured
 from the harness arrival. Everything runs on the kernel's virtual time and is deterministic for a
@@ -55,11 +58,16 @@ from functools import partial
 
 from maserve_prefect.clock import NORMAL, URGENT
 from maserve_prefect.clock.kernel import Kernel
-from maserve_prefect.engines.sim.pool.sim_pool import ReplicaStatus, SimPool
+from maserve_prefect.dispatch.books import PlainBooks, per_instant
+from maserve_prefect.dispatch.dispatcher import Dispatcher
+from maserve_prefect.dispatch.plans import get_plan
+from maserve_prefect.dispatch.snapshot import Unit
+from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import Lifecycle
 from maserve_prefect.protocol.views import WaitingRequest
 from maserve_prefect.replay.session_results import SessionReplayResult, SessionResult, TurnResult
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
@@ -68,7 +76,6 @@ __all__ = [
     "CompleteHook",
     "OrderHook",
     "QueuedTurn",
-    "fcfs_order",
     "replay_sessions",
 ]
 
@@ -113,17 +120,12 @@ OrderHook = Callable[[Sequence[QueuedTurn], float], Sequence[str]]
 CompleteHook = Callable[[Session, Turn, TurnResult], None]
 
 
-def fcfs_order(waiting: Sequence[QueuedTurn], now_s: float) -> list[str]:
-    """First come, first served: harness arrival, ties by request id."""
-    return [q.request_id for q in sorted(waiting, key=lambda q: (q.arrival_s, q.request_id))]
-
-
 def _target_replicas(target: SimPool | Sequence[SimReplica], deployment: str) -> list[SimReplica]:
     if isinstance(target, SimPool):
         reps = [
             p.engine
             for p in target.pool_replicas()
-            if p.deployment.name == deployment and p.status is ReplicaStatus.READY
+            if p.deployment.name == deployment and p.status is Lifecycle.READY
         ]
         if not reps:
             raise ConfigError(
@@ -148,30 +150,37 @@ class _Replay:
         replicas: list[SimReplica],
         clock: Kernel,
         deployment: str,
-        order: OrderHook,
+        order: OrderHook | None,
         on_complete: CompleteHook | None,
         max_in_flight: int | None,
         sticky: bool,
     ) -> None:
         self.sset = sset
-        self.replicas = replicas
         self.clock = clock
         self.deployment = deployment
-        self.order = order
         self.on_complete = on_complete
-        self.sticky = sticky
-        self.cap = {
+        caps = {
             r.name: (max_in_flight if max_in_flight is not None else r.config.max_num_seqs)
             for r in replicas
         }
-        self.in_flight = {r.name: 0 for r in replicas}
-        self.home: dict[str, SimReplica] = {}
-        self.waiting: dict[str, tuple[Session, Turn, QueuedTurn]] = {}
+        hook = None if order is None else partial(self._order, order)
+        self.dispatcher = Dispatcher(
+            lambda: replicas,
+            clock.now,
+            get_plan("sticky" if sticky else "ordered", order=hook),
+            books=PlainBooks(per_instant(clock, NORMAL)),
+            max_outstanding=caps,
+        )
+        self.waiting: dict[str, QueuedTurn] = {}  # in the admission queue, by request id
+        self.submitted: dict[str, tuple[float, str]] = {}  # request id -> (submit time, replica)
         self.results: list[TurnResult] = []
         self.submit_order: list[str] = []
         self.skipped: Counter[str] = Counter()
         self.num_open = sum(len(s.turns) for s in sset)  # turns not yet finished or skipped
-        self.dispatch_pending = False
+
+    def _order(self, hook: OrderHook, ready: Sequence[Unit], now_s: float) -> Sequence[str]:
+        """The caller's hook over the waiting turns, in the order they entered the queue."""
+        return hook([self.waiting[u.unit_id] for u in ready], now_s)
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -187,69 +196,21 @@ class _Replay:
                 self.clock.call_at(at, partial(self.arrive, s, t), URGENT, "session arrival")
 
     def arrive(self, s: Session, t: Turn) -> None:
+        """A turn enters the admission queue: the dispatcher holds it until the plan admits it."""
         rid = s.request_id(t.turn_index)
+        now = self.clock.now()
         q = QueuedTurn(
             rid,
             s.session_id,
             t.turn_index,
-            self.clock.now(),
+            now,
             t.num_prompt_tokens,
             t.num_output_tokens,
             t.prefix_block_hashes,
             t.block_size,
         )
-        self.waiting[rid] = (s, t, q)
-        self.request_dispatch()
-
-    # -- admission --------------------------------------------------------------------------
-
-    def request_dispatch(self) -> None:
-        if not self.dispatch_pending:
-            self.dispatch_pending = True
-            self.clock.call_at(self.clock.now(), self.dispatch, NORMAL, "session dispatch")
-
-    def has_room(self, r: SimReplica) -> bool:
-        return r.accepting and self.in_flight[r.name] < self.cap[r.name]
-
-    def pick(self, session_id: str) -> SimReplica | None:
-        home = self.home.get(session_id)
-        if self.sticky and home is not None:
-            return home if self.has_room(home) else None
-        best: SimReplica | None = None
-        for r in self.replicas:
-            if self.has_room(r) and (
-                best is None or (r.num_outstanding, r.name) < (best.num_outstanding, best.name)
-            ):
-                best = r
-        return best
-
-    def dispatch(self) -> None:
-        self.dispatch_pending = False
-        if not self.waiting or not any(self.has_room(r) for r in self.replicas):
-            return
-        now = self.clock.now()
-        ranked = list(self.order([w[2] for w in self.waiting.values()], now))
-        if len(set(ranked)) != len(ranked):
-            raise ConfigError(f"the ordering hook returned duplicate ids: {ranked[:10]}")
-        for rid in ranked:
-            if rid not in self.waiting:
-                raise ConfigError(
-                    f"the ordering hook returned {rid!r}, which is not waiting; return ids of "
-                    "the waiting turns it was given"
-                )
-        for rid in ranked:
-            s, t, q = self.waiting[rid]
-            rep = self.pick(s.session_id)
-            if rep is None:
-                if not any(self.has_room(r) for r in self.replicas):
-                    break
-                continue
-            del self.waiting[rid]
-            self.submit(s, t, q, rep)
-
-    def submit(self, s: Session, t: Turn, q: QueuedTurn, rep: SimReplica) -> None:
         req = Request(
-            q.request_id,
+            rid,
             self.deployment,
             num_prompt_tokens=t.num_prompt_tokens,
             prefix_block_hashes=t.prefix_block_hashes,
@@ -258,36 +219,39 @@ class _Replay:
             min_tokens=t.num_output_tokens,
             tags={"session_id": s.session_id, "turn_index": str(t.turn_index)},
         )
-        now = self.clock.now()
-        self.submit_order.append(q.request_id)
-        self.home.setdefault(s.session_id, rep)
-        ticket = rep.submit(req)
-        if not ticket.accepted:
-            res = TurnResult(
-                s.session_id, t.turn_index, q.request_id, rep.name, "rejected", ticket.reason,
-                q.arrival_s, now, None, now, t.num_prompt_tokens, 0, 0, 0,
-            )  # fmt: skip
-            self.finish(s, t, res)
-            return
-        self.in_flight[rep.name] += 1
-        ticket.on_done(partial(self.done, s, t, q, rep.name, now))
+        self.waiting[rid] = q
+        unit = Unit(rid, s.session_id, self.deployment, t.num_prompt_tokens,
+                    t.num_output_tokens, ready_s=now)  # fmt: skip
+        self.dispatcher.on_ready(
+            unit,
+            req,
+            on_done=partial(self.done, s, t, q),
+            on_submitted=partial(self.on_submitted, rid),
+        )
+
+    def on_submitted(self, rid: str, now: float, replica: str) -> None:
+        self.submit_order.append(rid)
+        self.submitted[rid] = (now, replica)
 
     # -- completion -------------------------------------------------------------------------
 
-    def done(
-        self, s: Session, t: Turn, q: QueuedTurn, replica: str, submit_s: float, out: Outcome
-    ) -> None:
-        self.in_flight[replica] -= 1
-        assert self.in_flight[replica] >= 0, f"{replica}: more completions than submissions"
-        ok = out.status is OutcomeStatus.COMPLETED and out.first_token_s is not None
-        res = TurnResult(
-            s.session_id, t.turn_index, q.request_id, replica,
-            "completed" if ok else "failed", out.error or "", q.arrival_s, submit_s,
-            out.first_token_s, out.finish_s, out.num_prompt_tokens, out.num_output_tokens,
-            out.num_cached_tokens, out.num_preemptions,
-        )  # fmt: skip
+    def done(self, s: Session, t: Turn, q: QueuedTurn, out: Outcome) -> None:
+        del self.waiting[q.request_id]
+        submit_s, replica = self.submitted.get(q.request_id, (out.finish_s, ""))
+        if out.status is OutcomeStatus.REJECTED:
+            res = TurnResult(
+                s.session_id, t.turn_index, q.request_id, replica, "rejected", out.error or "",
+                q.arrival_s, submit_s, None, submit_s, t.num_prompt_tokens, 0, 0, 0,
+            )  # fmt: skip
+        else:
+            ok = out.status is OutcomeStatus.COMPLETED and out.first_token_s is not None
+            res = TurnResult(
+                s.session_id, t.turn_index, q.request_id, replica,
+                "completed" if ok else "failed", out.error or "", q.arrival_s, submit_s,
+                out.first_token_s, out.finish_s, out.num_prompt_tokens, out.num_output_tokens,
+                out.num_cached_tokens, out.num_preemptions,
+            )  # fmt: skip
         self.finish(s, t, res)
-        self.request_dispatch()
 
     def finish(self, s: Session, t: Turn, res: TurnResult) -> None:
         self.results.append(res)
@@ -355,7 +319,7 @@ def replay_sessions(
     target: SimPool | Sequence[SimReplica],
     *,
     deployment: str = "",
-    order: OrderHook = fcfs_order,
+    order: OrderHook | None = None,
     on_complete: CompleteHook | None = None,
     max_in_flight: int | None = None,
     sticky: bool = True,
@@ -367,7 +331,7 @@ def replay_sessions(
         sset: the recorded workload.
         target: a `SimPool` (its READY replicas of `deployment`) or `SimReplica`s on one kernel.
         deployment: the deployment name requests address ("" for bare replicas that accept any).
-        order: the admission-queue ordering hook (default FCFS).
+        order: the admission-queue ordering hook (default: first come, first served).
         on_complete: called as `on_complete(session, turn, result)` when a turn ends (any
             status), before a closed-loop session's next turn is scheduled.
         max_in_flight: this driver's cap on requests inside each replica (default: the

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.plans import Unit
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.errors import ConfigError, TraceValidationError
 from maserve_prefect.protocol.controls import Control
 from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus

@@ -63,7 +63,7 @@ from prefect.task_runners import TaskRunner
 from prefect.utilities.annotations import quote
 from prefect.utilities.collections import visit_collection
 
-from maserve_prefect.dispatch.plans import Unit
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.requests import DEFAULT_MAX_TOKENS
 from maserve_prefect.taskrunner.harness import Harness, active_harness, bound, get_harness

@@ -9,26 +9,21 @@ import pytest
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.plans import (
-    FcfsPlan,
-    ReplicaView,
-    Snapshot,
-    Unit,
-    get_plan,
-    plan_names,
-    register_plan,
-)
+from maserve_prefect.dispatch.fcfs import FcfsPlan
+from maserve_prefect.dispatch.plans import get_plan, plan_names, register_plan
+from maserve_prefect.dispatch.snapshot import ReplicaView, Snapshot, Unit
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.outcomes import Outcome
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import Lifecycle
 
 
 def view(
-    name: str, outstanding: int, *, deployment: str = "m", lifecycle: str = "ready"
+    name: str, outstanding: int, *, deployment: str = "m", lifecycle: Lifecycle = Lifecycle.READY
 ) -> ReplicaView:
-    return ReplicaView(name, deployment, lifecycle, 0, 0, outstanding, 0.0)
+    return ReplicaView(name, deployment, lifecycle, outstanding)
 
 
 def ready_units(*ids: str, deployment: str = "m") -> tuple[Unit, ...]:
@@ -57,7 +52,7 @@ def test_fcfs_ties_break_by_name_whatever_the_replica_order() -> None:
 def test_fcfs_skips_replicas_not_accepting_or_of_another_deployment() -> None:
     replicas = (
         view("a-idle", 5),
-        view("b-loading", 0, lifecycle="loading"),
+        view("b-loading", 0, lifecycle=Lifecycle.LOADING),
         view("c-other", 0, deployment="other"),
     )
     units = ready_units("u1") + ready_units("u2", deployment="nobody")

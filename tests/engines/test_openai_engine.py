@@ -24,6 +24,7 @@ from maserve_prefect.protocol.controls import (
 from maserve_prefect.protocol.intents import Intent
 from maserve_prefect.protocol.outcomes import Acceptance, Outcome, OutcomeStatus
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import Lifecycle
 from maserve_prefect.protocol.subjects import ContextRef
 from maserve_prefect.taskrunner.wallgate import WallGate
 
@@ -111,9 +112,9 @@ def test_unreachable_server_names_the_url_and_the_fix() -> None:
     engine = OpenAIEngine(url, model="tiny")
     ticket = engine.submit(req())
     assert ticket.acceptance is Acceptance.REJECTED and url in ticket.reason
-    assert engine.state().lifecycle == "unreachable"
+    assert engine.state().lifecycle is Lifecycle.UNREACHABLE
     engine.close()
-    assert engine.state().lifecycle == "stopped"
+    assert engine.state().lifecycle is Lifecycle.STOPPED
 
 
 def test_capabilities_follow_the_server(stub: StubServer) -> None:
@@ -362,7 +363,7 @@ def test_state_reports_in_flight_and_gauges(stub: StubServer) -> None:
         tickets = [engine.submit(req(f"r{i}")) for i in range(2)]
         until(lambda: len(stub.streams()) == 1, "the first stream")
         st = engine.state()
-        assert (st.lifecycle, st.num_running, st.num_waiting) == ("ready", 1, 1 + 3)
+        assert (st.lifecycle, st.num_running, st.num_waiting) == (Lifecycle.READY, 1, 1 + 3)
         assert st.kv_usage == 0.25 and st.num_total_blocks == 0
         assert st.counters["num_in_flight"] == 2
         assert st.counters["vllm:num_requests_waiting"] == 3.0
@@ -384,7 +385,7 @@ def test_close_aborts_in_flight_and_queued_requests(stub: StubServer) -> None:
     assert all(o is not None and o.status is OutcomeStatus.ABORTED for o in outcomes)
     running = [o for o in outcomes if o is not None and o.attempts]
     assert len(running) == 2 and all(o.attempts[-1].error == "aborted" for o in running)
-    assert engine.state().lifecycle == "stopped"
+    assert engine.state().lifecycle is Lifecycle.STOPPED
     assert engine.state().counters["num_aborted"] == 3
     late = engine.submit(req("late"))
     assert late.acceptance is Acceptance.REJECTED and "closed" in late.reason

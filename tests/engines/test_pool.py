@@ -10,13 +10,16 @@ import pytest
 from sim_factories import LinearCost, assert_log
 
 from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.dispatch.dispatcher import Dispatcher
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.catalog import lifecycle as lc
-from maserve_prefect.engines.sim.pool.sim_pool import Deployment, DeviceSlot, ReplicaStatus, SimPool
+from maserve_prefect.engines.sim.pool.sim_pool import Deployment, DeviceSlot, SimPool
 from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.engine import LifecycleAction
 from maserve_prefect.protocol.outcomes import Acceptance
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import Lifecycle
 
 KV_64_BLOCKS = 64 * 16 * 28 * 2 * 8 * 128 * 2  # Qwen3-0.6B: 28 layers, 8 KV heads x 128, bf16
 
@@ -99,7 +102,7 @@ def test_load_serve_sleep_wake_serve_unload_exact_log() -> None:
     assert [(r.memory_before_bytes, r.memory_after_bytes) for r in recs] == [
         (0, w + kv + proc), (w + kv + proc, proc), (proc, w + kv + proc), (w + kv + proc, 0)
     ]  # fmt: skip
-    assert pool.status(name) is ReplicaStatus.UNLOADED and pool.replicas() == []
+    assert pool.status(name) is Lifecycle.UNLOADED and pool.replicas() == []
     mem = pool.memory_timeline("H100:0")
     assert mem[-1] == (pytest.approx(t_unload + pl["unload"].total_s), 0)
     assert max(used for _, used in mem) == w + kv + proc
@@ -112,8 +115,8 @@ def test_submit_to_loading_replica_is_rejected_not_queued() -> None:
     ticket = pool.replica(t.replica).submit(Request("x", "tiny", num_prompt_tokens=8))
     assert ticket.acceptance is Acceptance.REJECTED
     assert "is loading; retry after its load ticket completes" in ticket.reason
-    assert pool.replica(t.replica).state().lifecycle == "loading"
-    assert pool.route("tiny") is None
+    assert pool.replica(t.replica).state().lifecycle is Lifecycle.LOADING
+    assert not pool.replica(t.replica).lifecycle.accepting
 
 
 def test_sleep_of_a_busy_replica_is_rejected_with_drain_hint() -> None:
@@ -153,11 +156,13 @@ def test_two_replicas_share_a_device_when_memory_allows() -> None:
     gpu = DeviceSlot.parse("H100:0").gpu
     each = dep.spec.weight_bytes_per_rank(1) + dep.kv_bytes(gpu) + dep.process_bytes(gpu)
     assert mem.used_bytes == 2 * each
-    first = pool.route("half")
-    assert first is not None and first.name == "half@H100:0"
-    first.submit(Request("x", "half", num_prompt_tokens=8, max_tokens=4))
-    second = pool.route("half")
-    assert second is not None and second.name == "half@H100:0#2"
+    placed: list[str] = []
+    d = Dispatcher(pool.replicas, k.now)  # least-loaded placement spreads them
+    for i in range(2):
+        req = Request(f"x{i}", "half", num_prompt_tokens=8, max_tokens=4)
+        unit = Unit(f"x{i}", f"x{i}", "half", 8, 4)
+        d.on_ready(unit, req, on_done=lambda o: None, on_submitted=lambda t, r: placed.append(r))
+    assert placed == ["half@H100:0", "half@H100:0#2"]
 
 
 def test_heterogeneous_devices_time_the_same_request_differently() -> None:
@@ -220,12 +225,14 @@ def _run_once() -> tuple[list[LogEntry], list[tuple[float, int]]]:
     for d in pool.devices():
         pool.load(dep, d)
     k.run()
+    d = Dispatcher(pool.replicas, k.now)
     for i in range(6):
 
         def go(i: int = i) -> None:
-            rep = pool.route("tiny")
-            assert rep is not None
-            rep.submit(Request(f"r{i}", "tiny", num_prompt_tokens=20 + 7 * i, max_tokens=3 + i))
+            req = Request(f"r{i}", "tiny", num_prompt_tokens=20 + 7 * i, max_tokens=3 + i)
+            d.on_ready(
+                Unit(f"r{i}", f"r{i}", "tiny", 20 + 7 * i, 3 + i), req, on_done=lambda o: None
+            )
 
         k.call_at(k.now() + 0.005 * i, go)
     k.run()

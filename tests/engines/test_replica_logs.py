@@ -10,6 +10,7 @@ from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.engines.sim.step.records import StepKind
 from maserve_prefect.engines.sim.step.scheduler import Policy
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import Lifecycle
 
 
 def test_two_requests() -> None:
@@ -163,7 +164,11 @@ def test_pause_holds_steps_and_resume_continues() -> None:
     t = rep.submit(req("a", 4, 2))
     rep.pause()
     k.run()
-    assert t.outcome is None and rep.state().lifecycle == "paused" and rep.state().num_waiting == 1
+    assert (
+        t.outcome is None
+        and rep.state().lifecycle is Lifecycle.PAUSED
+        and rep.state().num_waiting == 1
+    )
     idle: list[float] = []
     rep.on_idle(lambda: idle.append(k.now()))
     rep.resume()

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from maserve_prefect.engines.vllm.pool import ServerStatus, VLLMProcessPool
+from maserve_prefect.engines.vllm.pool import VLLMProcessPool
 from maserve_prefect.engines.vllm.process_group import group_rss_bytes, process_group_members
 from maserve_prefect.engines.vllm.server import VLLMServer
 from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
 from maserve_prefect.errors import ConfigError, EngineError
 from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
 from maserve_prefect.protocol.outcomes import Acceptance
+from maserve_prefect.protocol.state import Lifecycle
 
 STANDIN = r"""
 import http.server, json, os, signal, subprocess, sys, time
@@ -371,7 +372,7 @@ def test_pool_load_answers_at_once_then_reports_done(standin: Path, tmp_path: Pa
         assert ticket.acceptance is Acceptance.ACCEPTED and ticket.replica == "tiny@cpu1"
         _wait(ticket, done, pool)
         assert ticket.done_s is not None and ticket.error is None
-        assert pool.status("tiny@cpu1") is ServerStatus.READY
+        assert pool.status("tiny@cpu1") is Lifecycle.READY
         assert pool.server("tiny@cpu1").argv()[:3] == ["taskset", "-c", "0"]
         mem = pool.memory("cpu1")
         assert mem.residents == ("tiny@cpu1",) and 0 < mem.used_bytes < mem.total_bytes
@@ -398,7 +399,7 @@ def test_pool_failed_load_sets_error_and_cleans_up(standin: Path, tmp_path: Path
         _wait(ticket, done, pool)
         assert ticket.done_s is None and ticket.error is not None
         assert "boom" in ticket.error
-        assert pool.status(ticket.replica) is ServerStatus.FAILED
+        assert pool.status(ticket.replica) is Lifecycle.FAILED
         assert pool.replicas() == []
 
 
@@ -413,7 +414,7 @@ def test_pool_crash_leaves_the_routing_set(standin: Path, tmp_path: Path) -> Non
         assert t2.replica == "tiny@cpu0#2" and len(pool.replicas()) == 2
         pool.server(t1.replica).kill()
         assert [e.name for e in pool.replicas()] == [t2.replica]
-        assert pool.status(t1.replica) is ServerStatus.FAILED
+        assert pool.status(t1.replica) is Lifecycle.FAILED
         pgid = pool.server(t2.replica).pid or -1
     assert process_group_members(pgid) == []  # close() stopped the survivor
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from maserve_prefect.dispatch.plans import Decisions, get_plan
+from maserve_prefect.dispatch.plans import get_plan
+from maserve_prefect.dispatch.snapshot import Decisions
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.pool.fusion import fusible_chains
 from maserve_prefect.pool.snapshot import PoolSnapshot
@@ -14,11 +15,11 @@ from maserve_prefect.pool.state import (
     Lease,
     PoolState,
     ReplicaInfo,
-    ReplicaPhase,
     RooflineCostModel,
     deployment_info,
 )
 from maserve_prefect.pool.window import UnitStatus, WorkUnit, build_window, units_by_id
+from maserve_prefect.protocol.state import Lifecycle
 
 GIB = 1 << 30
 COSTS = RooflineCostModel(2 * GIB)
@@ -37,7 +38,7 @@ def rep(name: str, model: str, device: str = "A100-40GB:0", **kw: object) -> Rep
         name=name,
         deployment=model,
         device=device,
-        phase=ReplicaPhase.RESIDENT,
+        lifecycle=Lifecycle.READY,
         ready_s=0.0,
         held_bytes=fit.footprint_bytes,
         footprint_bytes=fit.footprint_bytes,
@@ -71,7 +72,10 @@ def snap(state: PoolState, units: Iterable[WorkUnit], status: dict, ready_s: dic
         ready_s=ready_s,
         root_arrival_s={u.root_id: 0.0 for u in ud.values()},
     )
-    return PoolSnapshot(state.now_s, (), (), (), state, window, ud, COSTS, fusible_chains(ud))
+    return PoolSnapshot(
+        now_s=state.now_s, ready=(), near_ready=(), replicas=(), pool=state, window=window,
+        units=ud, costs=COSTS, chains=fusible_chains(ud),
+    )  # fmt: skip
 
 
 def plan(name: str, s: PoolSnapshot) -> Decisions:

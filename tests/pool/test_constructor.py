@@ -21,11 +21,11 @@ from maserve_prefect.pool.state import (
     PlannedLoad,
     PoolState,
     ReplicaInfo,
-    ReplicaPhase,
     RooflineCostModel,
     deployment_info,
 )
 from maserve_prefect.pool.window import WorkUnit, units_by_id
+from maserve_prefect.protocol.state import Lifecycle
 
 GIB = 1 << 30
 COSTS = RooflineCostModel(2 * GIB)
@@ -42,14 +42,14 @@ def footprint(model: str) -> int:
     return fit.footprint_bytes
 
 
-def rep(name: str, model: str, phase: ReplicaPhase = ReplicaPhase.RESIDENT, **kw: object):
+def rep(name: str, model: str, phase: Lifecycle = Lifecycle.READY, **kw: object):
     fit = INFOS[model].fit("A100-40GB")
     assert fit is not None
     fields: dict[str, object] = dict(
         name=name,
         deployment=model,
         device=A100.name,
-        phase=phase,
+        lifecycle=phase,
         ready_s=0.0,
         held_bytes=fit.footprint_bytes,
         footprint_bytes=fit.footprint_bytes,
@@ -149,7 +149,7 @@ def test_demand_from_two_roots_is_coalesced_per_deployment() -> None:
 
 
 def test_ledger_frees_an_unloading_replica_only_at_its_predicted_end() -> None:
-    leaving = rep("old", "Qwen3-14B", ReplicaPhase.UNLOADING, ready_s=1.0)
+    leaving = rep("old", "Qwen3-14B", Lifecycle.UNLOADING, ready_s=1.0)
     ledger = MemoryLedger(state(leaving))
     need = footprint("Qwen3-14B")
     assert not ledger.fits(A100.name, need, 0.0)
@@ -232,7 +232,7 @@ def test_no_option_when_only_leased_or_protected_replicas_hold_the_memory() -> N
 def test_a_prefetch_only_evicts_copies_and_replicas_needed_well_after_it() -> None:
     s = state(
         rep("copy", "Qwen3-0.6B"),
-        rep("copy2", "Qwen3-0.6B", phase=ReplicaPhase.LOADING, ready_s=5.0),
+        rep("copy2", "Qwen3-0.6B", phase=Lifecycle.LOADING, ready_s=5.0),
         rep("unknown", "Qwen3-4B"),
         rep("later", "Qwen3-8B"),
         rep("soon", "Qwen3-14B"),

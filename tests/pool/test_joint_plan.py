@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maserve_prefect.dispatch.plans import Decisions, Snapshot, Unit, get_plan
+from maserve_prefect.dispatch.plans import get_plan
+from maserve_prefect.dispatch.snapshot import Decisions, Snapshot, Unit
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.fusion import fusible_chains
@@ -20,11 +21,11 @@ from maserve_prefect.pool.state import (
     Lease,
     PoolState,
     ReplicaInfo,
-    ReplicaPhase,
     RooflineCostModel,
     deployment_info,
 )
 from maserve_prefect.pool.window import UnitStatus, WorkUnit, build_window, units_by_id
+from maserve_prefect.protocol.state import Lifecycle
 
 GIB = 1 << 30
 COSTS = RooflineCostModel(2 * GIB)
@@ -40,14 +41,14 @@ def dev(name: str) -> DeviceInfo:
     return DeviceInfo(name, name.split(":")[0], CAPACITY[name.split(":")[0]])
 
 
-def rep(name: str, model: str, device: str, phase=ReplicaPhase.RESIDENT, **kw: object):
+def rep(name: str, model: str, device: str, phase=Lifecycle.READY, **kw: object):
     fit = INFOS[model].fit(device.split(":")[0])
     assert fit is not None
     fields: dict[str, object] = dict(
         name=name,
         deployment=model,
         device=device,
-        phase=phase,
+        lifecycle=phase,
         ready_s=0.0,
         held_bytes=fit.footprint_bytes,
         footprint_bytes=fit.footprint_bytes,
@@ -125,7 +126,7 @@ def test_two_roots_needing_one_model_get_one_load_then_two_grants() -> None:
     d = JOINT.plan(snap(pool(["A100-40GB:0"]), units, status))
     assert len(d.loads) == 1 and d.submits == ()
     assert d.loads[0].deployment == "Qwen3-8B" and set(d.loads[0].units) == {"r1/a", "r2/a"}
-    loading = rep("m8", "Qwen3-8B", "A100-40GB:0", ReplicaPhase.LOADING, ready_s=39.0)
+    loading = rep("m8", "Qwen3-8B", "A100-40GB:0", Lifecycle.LOADING, ready_s=39.0)
     d = JOINT.plan(snap(pool(["A100-40GB:0"], loading, now=1.0), units, status))
     assert d == Decisions(), "demand covered by the load in flight"
     resident = rep("m8", "Qwen3-8B", "A100-40GB:0")
@@ -262,13 +263,17 @@ def scenarios(draw: st.DrawFn) -> tuple[PoolSnapshot, str]:
             model = draw(st.sampled_from(MODELS))
             fit = INFOS[model].fit(d.split(":")[0])
             assert fit is not None
-            phase = draw(st.sampled_from(list(ReplicaPhase)))
-            held = GIB if phase is ReplicaPhase.SLEEPING else fit.footprint_bytes
+            phase = draw(
+                st.sampled_from(
+                    [Lifecycle.READY, Lifecycle.LOADING, Lifecycle.ASLEEP, Lifecycle.UNLOADING]
+                )
+            )
+            held = GIB if phase is Lifecycle.ASLEEP else fit.footprint_bytes
             if used + held > cap:
                 continue
             used += held
             active: tuple[ActiveRequest, ...] = ()
-            if phase is ReplicaPhase.RESIDENT and draw(st.booleans()):
+            if phase is Lifecycle.READY and draw(st.booleans()):
                 active = (ActiveRequest(f"busy{d}{j}", 100, 100, now - 1.0, now + 5.0),)
             name = f"{model}@{d}#{j}"
             ready = now + draw(st.floats(0.0, 40.0)) if phase.in_transition else now
@@ -284,7 +289,7 @@ def scenarios(draw: st.DrawFn) -> tuple[PoolSnapshot, str]:
                     last_used_s=draw(st.floats(0.0, now)),
                 )
             )
-            if phase is ReplicaPhase.RESIDENT and draw(st.integers(0, 3)) == 0:
+            if phase is Lifecycle.READY and draw(st.integers(0, 3)) == 0:
                 leases.append(Lease(name, f"chain{name}"))
     units: list[WorkUnit] = []
     status: dict[str, UnitStatus] = {}
@@ -342,7 +347,7 @@ def check_memory(s: PoolSnapshot, d: Decisions) -> None:
         releases: list[tuple[float, int, str]] = []
         for r in state.replicas_on(device):
             base += held_after_submits(s, r, sub.get(r.name, []))
-            if r.phase is ReplicaPhase.UNLOADING:
+            if r.lifecycle is Lifecycle.UNLOADING:
                 releases.append((max(r.ready_s, now), r.held_bytes, r.name))
             if r.name in unload_end:
                 releases.append((unload_end[r.name], r.held_bytes, r.name))
@@ -378,7 +383,7 @@ def test_no_plan_exceeds_device_memory_or_touches_committed_work(case) -> None:
     leased = {lease.replica for lease in state.leases}
     for u in d.unloads:
         r = state.replica(u.replica)
-        assert r.phase in (ReplicaPhase.RESIDENT, ReplicaPhase.SLEEPING), f"{name}: {r.name}"
+        assert r.lifecycle in (Lifecycle.READY, Lifecycle.ASLEEP), f"{name}: {r.name}"
         assert not r.active and r.name not in leased, f"{name} reclaimed committed {r.name}"
     for ld in d.loads:
         assert set(ld.after) <= unloaded

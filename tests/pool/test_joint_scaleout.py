@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from test_joint_plan import JOINT, RUN, P, R, best_runtime, pool, rep, snap, wu
 
-from maserve_prefect.pool.state import ActiveRequest, ReplicaPhase
+from maserve_prefect.pool.state import ActiveRequest
+from maserve_prefect.protocol.state import Lifecycle
 
 
 def test_no_second_copy_while_the_first_drains_this_rounds_queue_sooner() -> None:
@@ -80,7 +81,7 @@ def test_a_load_waits_for_an_unload_under_way_instead_of_reclaiming() -> None:
     p_run = ActiveRequest("p", 200, 50, now, now + 1.0)
     v14 = rep("v14", "Qwen3-14B", "V100-32GB:0", last_used_s=19.0)
     a06 = rep("a06", "Qwen3-0.6B", "A100-40GB:0", active=(p_run,))
-    a14 = rep("a14", "Qwen3-14B", "A100-40GB:0", ReplicaPhase.UNLOADING, ready_s=now + 0.5)
+    a14 = rep("a14", "Qwen3-14B", "A100-40GB:0", Lifecycle.UNLOADING, ready_s=now + 0.5)
     units = [
         wu("x", "Qwen3-4B", "r1"),
         wu("p", "Qwen3-0.6B", "r2", succs=["q"]),

@@ -11,7 +11,7 @@ import pytest
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.plans import Unit
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.poolfile import default_pool_file
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
@@ -118,7 +118,7 @@ def make_dispatcher(devices: list[str]) -> tuple[Kernel, Dispatcher, PoolControl
     k = Kernel()
     deps = {m: Deployment(m, m, kv_cache_bytes=2 * GIB) for m in ("Qwen3-0.6B", "Qwen3-8B")}
     ctl = PoolController(SimPoolHandle(SimPool(k, devices)), k, deps, COSTS)
-    return k, Dispatcher(ctl.pool.replicas, k.now, "joint", pool=ctl), ctl
+    return k, Dispatcher(ctl.pool.replicas, k.now, "joint", books=ctl), ctl
 
 
 def request(uid: str, model: str, n_in: int, n_out: int) -> Request:
@@ -229,11 +229,12 @@ def test_pool_mode_ignores_near_ready_events_of_non_model_ops() -> None:
 def test_sim_pool_dispatcher_starts_cold_or_warm() -> None:
     pf = default_pool_file()
     cold, d = sim_pool_dispatcher(pf, Kernel(), "joint")
-    assert cold.replicas() == [] and d.pool is not None and d.plan.name == "joint"
+    assert cold.replicas() == [] and isinstance(d.books, PoolController) and d.plan.name == "joint"
     k = Kernel()
     warm, d = sim_pool_dispatcher(pf, k, "pool-fcfs", start="warm", deployments=["main", "tiny"])
     assert {r.deployment for r in warm.replicas()} == {"main", "tiny"} and k.now() > 0
-    assert d.pool is not None and set(d.pool.where) == {r.name for r in warm.replicas()}
+    assert isinstance(d.books, PoolController)
+    assert set(d.books.where) == {r.name for r in warm.replicas()}
     with pytest.raises(ConfigError, match="pool start"):
         sim_pool_dispatcher(pf, Kernel(), start="hot")
     with pytest.raises(ConfigError, match="no deployment"):

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from maserve_prefect.dispatch.plans import Decisions, Snapshot, Unload
+from maserve_prefect.dispatch.snapshot import Decisions, Snapshot, Unload
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.pool.executor import run_pool
 from maserve_prefect.pool.inputs import ExecOptions, Workflow

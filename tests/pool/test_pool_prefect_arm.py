@@ -66,8 +66,8 @@ def native_arm(monkeypatch: pytest.MonkeyPatch) -> Iterator[NativeArm]:
         )
         out = native.run_native(wf, users=3, seed=0, pool=pf)
         assert [r.error for r in out.roots] == [None] * 3
-        pool = made["d"].pool
-        assert pool is not None
+        pool = made["d"].books
+        assert isinstance(pool, PoolController)
         return out, pool
 
     yield run

@@ -14,17 +14,17 @@ from maserve_prefect.pool.state import (
     Lease,
     PoolState,
     ReplicaInfo,
-    ReplicaPhase,
     RooflineCostModel,
     deployment_info,
 )
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import Lifecycle
 
 GIB = 1 << 30
 GPUS = ("A100-40GB", "V100-32GB")
 
 
-def make_replica(name: str, phase: ReplicaPhase, **kw: object) -> ReplicaInfo:
+def make_replica(name: str, phase: Lifecycle, **kw: object) -> ReplicaInfo:
     info = deployment_info(Deployment("m", "Qwen3-0.6B", kv_cache_bytes=2 * GIB), GPUS)
     fit = info.fit("A100-40GB")
     assert fit is not None
@@ -32,7 +32,7 @@ def make_replica(name: str, phase: ReplicaPhase, **kw: object) -> ReplicaInfo:
         name=name,
         deployment="m",
         device="A100-40GB:0",
-        phase=phase,
+        lifecycle=phase,
         ready_s=0.0,
         held_bytes=fit.footprint_bytes,
         footprint_bytes=fit.footprint_bytes,
@@ -99,12 +99,12 @@ def test_deployment_info_skips_devices_the_model_cannot_fit() -> None:
 def test_only_idle_lease_free_resident_or_sleeping_replicas_are_reclaimable() -> None:
     busy = ActiveRequest("u", 10, 10, 0.0, 1.0)
     state = make_state(
-        make_replica("idle", ReplicaPhase.RESIDENT),
-        make_replica("asleep", ReplicaPhase.SLEEPING, held_bytes=GIB),
-        make_replica("busy", ReplicaPhase.RESIDENT, active=(busy,)),
-        make_replica("leased", ReplicaPhase.RESIDENT),
-        make_replica("loading", ReplicaPhase.LOADING, ready_s=30.0),
-        make_replica("leaving", ReplicaPhase.UNLOADING, ready_s=1.0),
+        make_replica("idle", Lifecycle.READY),
+        make_replica("asleep", Lifecycle.ASLEEP, held_bytes=GIB),
+        make_replica("busy", Lifecycle.READY, active=(busy,)),
+        make_replica("leased", Lifecycle.READY),
+        make_replica("loading", Lifecycle.LOADING, ready_s=30.0),
+        make_replica("leaving", Lifecycle.UNLOADING, ready_s=1.0),
         leases=(Lease("leased", "chain-a", ("a", "b")),),
     )
     reclaimable = [r.name for r in state.replicas if state.reclaimable(r.name)]
@@ -114,8 +114,8 @@ def test_only_idle_lease_free_resident_or_sleeping_replicas_are_reclaimable() ->
 
 
 def test_used_bytes_sums_what_replicas_hold_now() -> None:
-    a = make_replica("a", ReplicaPhase.RESIDENT)
-    b = make_replica("b", ReplicaPhase.SLEEPING, held_bytes=GIB)
+    a = make_replica("a", Lifecycle.READY)
+    b = make_replica("b", Lifecycle.ASLEEP, held_bytes=GIB)
     state = make_state(a, b)
     assert state.used_bytes("A100-40GB:0") == a.held_bytes + GIB
 
@@ -127,4 +127,4 @@ def test_unknown_names_raise_config_errors() -> None:
     with pytest.raises(ConfigError, match="no deployment"):
         state.deployment("nope")
     with pytest.raises(ConfigError, match="unknown device"):
-        PoolState(0.0, (), (), (make_replica("x", ReplicaPhase.RESIDENT),))
+        PoolState(0.0, (), (), (make_replica("x", Lifecycle.READY),))

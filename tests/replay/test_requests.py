@@ -90,12 +90,19 @@ def test_times_fall_back_and_multi_op_roots_are_flagged() -> None:
     assert any("dependency-aware" in n for n in res.notes)
 
 
-def test_no_ready_replica_rejects_and_unknown_policy_raises() -> None:
+def test_no_ready_replica_is_a_config_error_and_refusals_are_reported() -> None:
     k = Kernel()
     pool = SimPool(k, ["H100:0"])
     pool.load(Deployment("q", "Qwen3-0.6B"), "H100:0")  # still loading at t=0
-    res = replay_requests(two_op_trace(), pool, "q")
-    assert {r.status for r in res.requests} == {"rejected"}
-    assert "is loading" in res.requests[0].reason or "no ready replica" in res.requests[0].reason
+    with pytest.raises(ConfigError, match="no READY replica of 'q'"):
+        replay_requests(two_op_trace(), pool, "q")
+    k.run()
+    trace = two_op_trace()
+    long_op = trace.ops[0].model_copy(update={"num_input_tokens": 10**6})  # past the context
+    too_long = trace.model_copy(update={"ops": [long_op, *trace.ops[1:]]})
+    res = replay_requests(too_long, pool, "q")
+    by_id = {r.op_id: r for r in res.requests}
+    assert by_id["r/a"].status == "rejected" and "could never run here" in by_id["r/a"].reason
+    assert by_id["r/a"].replica == "q@H100:0" and by_id["r/b"].status == "completed"
     with pytest.raises(ConfigError, match="unknown release policy"):
         replay_requests(two_op_trace(), pool, "q", policy="flat")

@@ -13,7 +13,7 @@ from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.protocol.views import WaitingRequest
 from maserve_prefect.replay import sessions as session_replay
 from maserve_prefect.replay.session_results import TurnResult
-from maserve_prefect.replay.sessions import QueuedTurn, fcfs_order, replay_sessions
+from maserve_prefect.replay.sessions import QueuedTurn, replay_sessions
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
 
@@ -44,7 +44,10 @@ def simultaneous(n: int) -> SessionSet:
 
 
 def reverse_fcfs(waiting: Sequence[QueuedTurn], now_s: float) -> list[str]:
-    return list(reversed(fcfs_order(waiting, now_s)))
+    return [
+        q.request_id
+        for q in sorted(waiting, key=lambda q: (q.arrival_s, q.request_id), reverse=True)
+    ]
 
 
 def test_doctests() -> None:

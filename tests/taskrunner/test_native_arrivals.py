@@ -10,7 +10,7 @@ from prefect import flow, task
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.plans import Unit
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.protocol.controls import Control

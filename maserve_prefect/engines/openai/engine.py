@@ -59,7 +59,7 @@ from maserve_prefect.protocol.force import Dropped, Resolution, Unsatisfied, res
 from maserve_prefect.protocol.intents import Intent
 from maserve_prefect.protocol.outcomes import Acceptance, Attempt, Outcome, OutcomeStatus, Ticket
 from maserve_prefect.protocol.requests import Request
-from maserve_prefect.protocol.state import EngineState
+from maserve_prefect.protocol.state import EngineState, Lifecycle
 
 __all__ = ["OpenAIEngine"]
 
@@ -440,12 +440,17 @@ class OpenAIEngine:
         with self._lock:
             self.intents.append(intent)
 
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """STOPPED once closed, UNREACHABLE while the server cannot be reached, else READY."""
+        if self._closed:
+            return Lifecycle.STOPPED
+        return Lifecycle.UNREACHABLE if self._unreachable else Lifecycle.READY
+
     def state(self) -> EngineState:
         """A snapshot (no HTTP): lifecycle, queue counts, KV usage from `state_source`."""
         with self._lock:
-            lifecycle = (
-                "stopped" if self._closed else ("unreachable" if self._unreachable else "ready")
-            )
+            lifecycle = self.lifecycle
             num_running = sum(job.running for job in self._jobs.values())
             num_local_waiting = len(self._jobs) - num_running
             counters: dict[str, float] = {k: float(v) for k, v in self._counters.items()}

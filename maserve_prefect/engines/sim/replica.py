@@ -60,7 +60,7 @@ from maserve_prefect.protocol.force import Resolution
 from maserve_prefect.protocol.intents import Intent, IntentMessage
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
-from maserve_prefect.protocol.state import EngineState, StateReport
+from maserve_prefect.protocol.state import EngineState, Lifecycle, StateReport
 
 __all__ = ["SERIES", "LogEntry", "SimReplica"]
 
@@ -106,7 +106,7 @@ class SimReplica(ReplicaLoop):
         self._seq = itertools.count()
         self._accepting = True
         self._closed_reason = ""
-        self.lifecycle_label = ""  # set by a Pool ("loading", "asleep", ...); "" = derived
+        self.pool_lifecycle: Lifecycle | None = None  # set by a Pool while not READY
         if host_tier is not None:
             self._hx.hear = SimHear(self, host_tier)
 
@@ -252,8 +252,6 @@ class SimReplica(ReplicaLoop):
             self.hear.intents.inform(intent)
 
     def state(self) -> EngineState:
-        lifecycle = "paused" if self._paused else ("running" if self._accepting else "draining")
-        lifecycle = self.lifecycle_label or lifecycle
         num_free, num_steps = self.kv.num_free_blocks, self.num_steps
         run = self._run
         if isinstance(run, PrefillRun):  # what stepping would show now, inside the run
@@ -273,7 +271,7 @@ class SimReplica(ReplicaLoop):
         return EngineState(
             name=self.name,
             deployment=self.deployment,
-            lifecycle=lifecycle,
+            lifecycle=self.lifecycle,
             num_running=len(self.scheduler.running),
             num_waiting=self.scheduler.num_waiting,
             kv_usage=usage,
@@ -304,6 +302,16 @@ class SimReplica(ReplicaLoop):
         """
         self._accepting = accepting
         self._closed_reason = reason
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """The pool's lifecycle while it holds the replica out of service (loading, asleep,
+        unloading), else PAUSED, READY or DRAINING from the replica's own state."""
+        if self.pool_lifecycle is not None:
+            return self.pool_lifecycle
+        if self._paused:
+            return Lifecycle.PAUSED
+        return Lifecycle.READY if self._accepting else Lifecycle.DRAINING
 
     @property
     def accepting(self) -> bool:

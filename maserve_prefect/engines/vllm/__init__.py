@@ -15,14 +15,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from maserve_prefect.engines.vllm.pool import ServerStatus, VLLMProcessPool
+    from maserve_prefect.engines.vllm.pool import VLLMProcessPool
     from maserve_prefect.engines.vllm.server import LifecycleRecord, VLLMServer
     from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
     from maserve_prefect.engines.vllm.venv import build_tiny_model, ensure_vllm_python
 
 _EXPORTS = {
     "LifecycleRecord": "server",
-    "ServerStatus": "pool",
     "VLLMProcessPool": "pool",
     "VLLMServer": "server",
     "VLLMServerConfig": "server_config",
@@ -32,7 +31,6 @@ _EXPORTS = {
 
 __all__ = [
     "LifecycleRecord",
-    "ServerStatus",
     "VLLMProcessPool",
     "VLLMServer",
     "VLLMServerConfig",

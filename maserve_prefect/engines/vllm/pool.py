@@ -35,7 +35,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -45,7 +44,7 @@ from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
 from maserve_prefect.errors import ConfigError, EngineError
 from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
 from maserve_prefect.protocol.outcomes import Acceptance
-from maserve_prefect.protocol.state import DeviceMemory
+from maserve_prefect.protocol.state import DeviceMemory, Lifecycle
 
 if TYPE_CHECKING:
     from maserve_prefect.engines.openai.engine import OpenAIEngine
@@ -53,14 +52,7 @@ if TYPE_CHECKING:
 LifecycleCallback = Callable[[LifecycleTicket], None]
 DeploymentSpec = VLLMServerConfig | str | Path
 
-__all__ = ["LifecycleCallback", "ServerStatus", "VLLMProcessPool"]
-
-
-class ServerStatus(Enum):
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
-    STOPPED = "stopped"
+__all__ = ["LifecycleCallback", "VLLMProcessPool"]
 
 
 @dataclass(slots=True)
@@ -69,7 +61,7 @@ class _Entry:
     deployment: str
     device: str
     server: VLLMServer
-    status: ServerStatus
+    status: Lifecycle
     engine: OpenAIEngine | None = None
     waiter: threading.Thread | None = None
 
@@ -137,10 +129,10 @@ class VLLMProcessPool:
         with self._lock:
             for name in sorted(self._entries):
                 e = self._entries[name]
-                if e.status is not ServerStatus.READY:
+                if e.status is not Lifecycle.READY:
                     continue
                 if not e.server.alive():
-                    e.status = ServerStatus.FAILED  # crashed after it was healthy
+                    e.status = Lifecycle.FAILED  # crashed after it was healthy
                     continue
                 if e.engine is None:
                     e.engine = self.new_engine(e.name)
@@ -175,10 +167,10 @@ class VLLMProcessPool:
         """
         return self._entry(replica).server
 
-    def status(self, replica: str) -> ServerStatus:
+    def status(self, replica: str) -> Lifecycle:
         e = self._entry(replica)
-        if e.status is ServerStatus.READY and not e.server.alive():
-            e.status = ServerStatus.FAILED
+        if e.status is Lifecycle.READY and not e.server.alive():
+            e.status = Lifecycle.FAILED
         return e.status
 
     def memory(self, device: str) -> DeviceMemory:
@@ -188,7 +180,7 @@ class VLLMProcessPool:
             on = [
                 e
                 for e in self._entries.values()
-                if e.device == device and e.status in (ServerStatus.LOADING, ServerStatus.READY)
+                if e.device == device and e.status in (Lifecycle.LOADING, Lifecycle.READY)
             ]
         used = {e.name: e.server.rss_bytes() for e in on}
         residents = tuple(sorted(n for n, b in used.items() if b > 0))
@@ -234,13 +226,13 @@ class VLLMProcessPool:
                 now=self.now,
                 health_timeout_s=self.health_timeout_s,
             )
-            entry = _Entry(name, deployment, device, server, ServerStatus.LOADING)
+            entry = _Entry(name, deployment, device, server, Lifecycle.LOADING)
             self._entries[name] = entry
         ticket = LifecycleTicket(LifecycleAction.LOAD, name, Acceptance.ACCEPTED)
         try:
             server.start()
         except EngineError as exc:
-            entry.status = ServerStatus.FAILED
+            entry.status = Lifecycle.FAILED
             ticket.error = str(exc)
             return _answer(ticket, on_done)
         entry.waiter = threading.Thread(
@@ -257,22 +249,22 @@ class VLLMProcessPool:
     ) -> LifecycleTicket:
         """Delegate to the server's `/sleep` (UNSUPPORTED without sleep mode)."""
         e = self._entry(replica)
-        if e.status is not ServerStatus.READY:
+        if e.status is not Lifecycle.READY:
             return _answer(self._not_ready(LifecycleAction.SLEEP, e), on_done)
         return _answer(e.server.sleep(level), on_done)
 
     def wake(self, replica: str, *, on_done: LifecycleCallback | None = None) -> LifecycleTicket:
         """Delegate to the server's `/wake_up` (UNSUPPORTED without sleep mode)."""
         e = self._entry(replica)
-        if e.status is not ServerStatus.READY:
+        if e.status is not Lifecycle.READY:
             return _answer(self._not_ready(LifecycleAction.WAKE, e), on_done)
         return _answer(e.server.wake(), on_done)
 
     def unload(self, replica: str, *, on_done: LifecycleCallback | None = None) -> LifecycleTicket:
         """Stop the replica's process group and close its engine (a loading one is aborted)."""
         e = self._entry(replica)
-        if e.status in (ServerStatus.STOPPED, ServerStatus.FAILED) and not e.server.alive():
-            why = f"replica {replica} is {e.status.value}; nothing to unload"
+        if e.status in (Lifecycle.STOPPED, Lifecycle.FAILED) and not e.server.alive():
+            why = f"replica {replica} is {e.status.label}; nothing to unload"
             return _answer(
                 LifecycleTicket(LifecycleAction.UNLOAD, replica, Acceptance.REJECTED, why), on_done
             )
@@ -318,29 +310,29 @@ class VLLMProcessPool:
             ticket.error = str(exc)
             e.server.stop()
             with self._lock:
-                if e.status is ServerStatus.LOADING:
-                    e.status = ServerStatus.FAILED
+                if e.status is Lifecycle.LOADING:
+                    e.status = Lifecycle.FAILED
         else:
             with self._lock:
-                if e.status is ServerStatus.LOADING:  # not unloaded meanwhile
-                    e.status = ServerStatus.READY
+                if e.status is Lifecycle.LOADING:  # not unloaded meanwhile
+                    e.status = Lifecycle.READY
                     ticket.done_s = self.now()
                 else:
-                    ticket.error = f"replica {e.name} was {e.status.value} while loading"
+                    ticket.error = f"replica {e.name} was {e.status.label} while loading"
         if on_done is not None:
             on_done(ticket)
 
     def _stop(self, e: _Entry) -> None:
         with self._lock:
             engine, e.engine = e.engine, None
-            if e.status in (ServerStatus.LOADING, ServerStatus.READY):
-                e.status = ServerStatus.STOPPED
+            if e.status in (Lifecycle.LOADING, Lifecycle.READY):
+                e.status = Lifecycle.STOPPED
         if engine is not None:
             engine.close()
         e.server.stop()
 
     def _not_ready(self, action: LifecycleAction, e: _Entry) -> LifecycleTicket:
-        why = f"replica {e.name} is {e.status.value}; {action.value} needs it ready"
+        why = f"replica {e.name} is {e.status.label}; {action.value} needs it ready"
         return LifecycleTicket(action, e.name, Acceptance.REJECTED, why)
 
     def _entry(self, name: str) -> _Entry:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from maserve_prefect.engines.catalog import get_gpu, get_model
@@ -165,32 +164,6 @@ class Deployment:
                 f"{cfg.block_size}-token block of {self.model}; raise kv_cache_bytes"
             )
         return blocks
-
-
-class ReplicaStatus(Enum):
-    """Where a pool replica is in its lifecycle; transitions end in a stable status."""
-
-    LOADING = "loading"
-    READY = "ready"
-    FALLING_ASLEEP = "falling_asleep"
-    ASLEEP = "asleep"
-    WAKING = "waking"
-    UNLOADING = "unloading"
-    UNLOADED = "unloaded"
-
-    @property
-    def in_transition(self) -> bool:
-        return self in _TRANSITIONS
-
-
-_TRANSITIONS = frozenset(
-    {
-        ReplicaStatus.LOADING,
-        ReplicaStatus.FALLING_ASLEEP,
-        ReplicaStatus.WAKING,
-        ReplicaStatus.UNLOADING,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,22 +20,22 @@ from maserve_prefect.engines.sim.pool.device import (
     DeviceSlot,
     LifecycleRecord,
     PhaseSpan,
-    ReplicaStatus,
 )
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.protocol.engine import LifecycleAction
+from maserve_prefect.protocol.state import Lifecycle
 
 FINAL_STATUS = {
-    LifecycleAction.LOAD: ReplicaStatus.READY,
-    LifecycleAction.SLEEP: ReplicaStatus.ASLEEP,
-    LifecycleAction.WAKE: ReplicaStatus.READY,
-    LifecycleAction.UNLOAD: ReplicaStatus.UNLOADED,
+    LifecycleAction.LOAD: Lifecycle.READY,
+    LifecycleAction.SLEEP: Lifecycle.ASLEEP,
+    LifecycleAction.WAKE: Lifecycle.READY,
+    LifecycleAction.UNLOAD: Lifecycle.UNLOADED,
 }
 START_STATUS = {
-    LifecycleAction.LOAD: ReplicaStatus.LOADING,
-    LifecycleAction.SLEEP: ReplicaStatus.FALLING_ASLEEP,
-    LifecycleAction.WAKE: ReplicaStatus.WAKING,
-    LifecycleAction.UNLOAD: ReplicaStatus.UNLOADING,
+    LifecycleAction.LOAD: Lifecycle.LOADING,
+    LifecycleAction.SLEEP: Lifecycle.FALLING_ASLEEP,
+    LifecycleAction.WAKE: Lifecycle.WAKING,
+    LifecycleAction.UNLOAD: Lifecycle.UNLOADING,
 }
 DONE_EVENT = {
     LifecycleAction.LOAD: "ready",
@@ -59,7 +59,7 @@ class PoolReplica:
     engine: SimReplica
     kv_bytes: int
     process_bytes: int
-    status: ReplicaStatus = ReplicaStatus.LOADING
+    status: Lifecycle = Lifecycle.LOADING
     sleep_level: int = 0
     plan_bytes: int = 0
     committed_bytes: int = 0
@@ -69,7 +69,7 @@ class PoolReplica:
     @property
     def held_bytes(self) -> int:
         """Per-rank device memory held now."""
-        return 0 if self.status is ReplicaStatus.UNLOADED else self.plan_bytes + self.process_bytes
+        return 0 if self.status is Lifecycle.UNLOADED else self.plan_bytes + self.process_bytes
 
     @property
     def reserved_bytes(self) -> int:
@@ -120,10 +120,10 @@ def execute_plan(
         span[1] = now
         p.status = FINAL_STATUS[action]
         p.committed_bytes = 0
-        if p.status is ReplicaStatus.READY:
+        if p.status is Lifecycle.READY:
             p.sleep_level = 0
             p.resident.append([now, -1.0])
-        elif p.status is ReplicaStatus.UNLOADED:
+        elif p.status is Lifecycle.UNLOADED:
             set_bytes(p, 0)
         devices = tuple(s.name for s in p.devices)
         record = LifecycleRecord(

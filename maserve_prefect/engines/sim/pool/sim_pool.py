@@ -14,11 +14,10 @@ Rules callers rely on:
   `replica.set_accepting(False)` and sleep from `replica.on_idle(...)`. Sleep drops the KV cache
   and clears the prefix cache; level 1 keeps the weights in host RAM (fast wake), level 2 drops
   them (wake reloads from the weight source).
-- Placement is the caller's; `route(deployment)` is a deterministic helper (least outstanding
-  requests among READY replicas, ties by name).
+- Placement is the caller's (the dispatcher's plan, `dispatch`).
 
 Exports: `lifecycle_log` (one `LifecycleRecord` per executed action); the views (`memory`,
-`route`, ...) and the other exports (`device_time()`, `memory_timeline(device)`, `timelines()`,
+`replicas`, ...) and the other exports (`device_time()`, `memory_timeline(device)`, `timelines()`,
 `step_rows()`) read the pool's tables and live in the base class, `PoolViews` (`pool_views.py`).
 An optional event `log` receives the replicas' request events and the pool's lifecycle events
 `(t, event, replica, level)`: `load`/`ready`, `sleep`/`asleep`, `wake`/`awake`,
@@ -49,7 +48,6 @@ from maserve_prefect.engines.sim.pool.device import (
     Deployment,
     DeviceSlot,
     LifecycleRecord,
-    ReplicaStatus,
 )
 from maserve_prefect.engines.sim.pool.lifecycle_exec import DONE_EVENT, PoolReplica, execute_plan
 from maserve_prefect.engines.sim.pool.views import PoolViews
@@ -58,11 +56,12 @@ from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
 from maserve_prefect.protocol.outcomes import Acceptance
+from maserve_prefect.protocol.state import Lifecycle
 
 CostFactory = Callable[[Deployment, DeviceSlot], StepCostModel]
 LifecycleCallback = Callable[[LifecycleTicket], None]
 
-__all__ = ["CostFactory", "Deployment", "DeviceSlot", "PoolReplica", "ReplicaStatus", "SimPool"]
+__all__ = ["CostFactory", "Deployment", "DeviceSlot", "PoolReplica", "SimPool"]
 
 
 def roofline_costs(deployment: Deployment, slot: DeviceSlot) -> StepCostModel:
@@ -193,7 +192,7 @@ class SimPool(PoolViews):
         )
         entry = PoolReplica(name, dep, tuple(slots), engine, kv, process)
         self._replicas[name] = entry
-        self._close(entry, "loading")
+        self._close(entry, Lifecycle.LOADING)
         return self._run(entry, LifecycleAction.LOAD, plan, 0, on_done)
 
     def sleep(
@@ -201,7 +200,7 @@ class SimPool(PoolViews):
     ) -> LifecycleTicket:
         """Put an idle READY replica to sleep (level 1: weights to host RAM; 2: discard them)."""
         p = self._entry(replica)
-        why = self._needs(p, ReplicaStatus.READY, "sleep") or self._needs_idle(p, "sleep")
+        why = self._needs(p, Lifecycle.READY, "sleep") or self._needs_idle(p, "sleep")
         if level not in (1, 2):
             why = f"sleep level {level} is not supported; vLLM offers levels 1 and 2"
         if why:
@@ -214,7 +213,7 @@ class SimPool(PoolViews):
             p.deployment.tp,
             p.deployment.params(),
         )
-        self._close(p, "asleep")
+        self._close(p, Lifecycle.ASLEEP)
         p.engine.reset_prefix_cache()
         p.sleep_level = level
         return self._run(p, LifecycleAction.SLEEP, plan, level, on_done)
@@ -222,7 +221,7 @@ class SimPool(PoolViews):
     def wake(self, replica: str, *, on_done: LifecycleCallback | None = None) -> LifecycleTicket:
         """Wake an ASLEEP replica (weights back from host RAM, or reloaded after level 2)."""
         p = self._entry(replica)
-        why = self._needs(p, ReplicaStatus.ASLEEP, "wake")
+        why = self._needs(p, Lifecycle.ASLEEP, "wake")
         dep = p.deployment
         plan = lc.wake_plan(
             dep.spec,
@@ -244,19 +243,19 @@ class SimPool(PoolViews):
         p = self._entry(replica)
         why = (
             ""
-            if p.status in (ReplicaStatus.READY, ReplicaStatus.ASLEEP)
-            else (f"replica {p.name} is {p.status.value}; unload a ready or asleep replica")
+            if p.status in (Lifecycle.READY, Lifecycle.ASLEEP)
+            else (f"replica {p.name} is {p.status.label}; unload a ready or asleep replica")
         )
         why = why or self._needs_idle(p, "unload")
         if why:
             return self._reject(LifecycleAction.UNLOAD, replica, why, on_done)
         dep = p.deployment
         plan = lc.unload_plan(dep.spec, p.kv_bytes, dep.tp, dep.params())
-        if p.status is ReplicaStatus.ASLEEP:  # only the process is left to stop
+        if p.status is Lifecycle.ASLEEP:  # only the process is left to stop
             ph = plan.phases[0]
             shutdown = lc.Phase(ph.name, ph.duration_s, p.plan_bytes, 0, 0)
             plan = lc.LifecyclePlan(plan.start, plan.end, (shutdown,))
-        self._close(p, "unloading")
+        self._close(p, Lifecycle.UNLOADING)
         return self._run(p, LifecycleAction.UNLOAD, plan, 0, on_done)
 
     # -- internals -------------------------------------------------------------------------
@@ -282,10 +281,10 @@ class SimPool(PoolViews):
             name = f"{base}#{n}"
         return name
 
-    def _needs(self, p: PoolReplica, status: ReplicaStatus, action: str) -> str:
+    def _needs(self, p: PoolReplica, status: Lifecycle, action: str) -> str:
         if p.status is status:
             return ""
-        return f"replica {p.name} is {p.status.value}; {action} needs it {status.value}"
+        return f"replica {p.name} is {p.status.label}; {action} needs it {status.label}"
 
     def _needs_idle(self, p: PoolReplica, action: str) -> str:
         if p.engine.is_idle:
@@ -321,15 +320,15 @@ class SimPool(PoolViews):
             cb(ticket)
         return ticket
 
-    def _close(self, p: PoolReplica, label: str) -> None:
+    def _close(self, p: PoolReplica, lifecycle: Lifecycle) -> None:
         """Stop taking work: explicit rejection reason, READY span closed."""
-        reason = f"replica {p.name} is {label}"
-        if label == "loading":
+        reason = f"replica {p.name} is {lifecycle.label}"
+        if lifecycle is Lifecycle.LOADING:
             reason += "; retry after its load ticket completes"
-        elif label == "asleep":
+        elif lifecycle is Lifecycle.ASLEEP:
             reason += "; wake it first"
         p.engine.set_accepting(False, reason)
-        p.engine.lifecycle_label = label
+        p.engine.pool_lifecycle = lifecycle
         if p.resident and p.resident[-1][1] < 0:
             p.resident[-1][1] = self.clock.now()
 
@@ -362,9 +361,9 @@ class SimPool(PoolViews):
         self._event(self.clock.now(), action.value, p, level)
 
         def finished(record: LifecycleRecord) -> None:
-            if p.status is ReplicaStatus.READY:
+            if p.status is Lifecycle.READY:
                 p.engine.set_accepting(True)
-                p.engine.lifecycle_label = ""
+                p.engine.pool_lifecycle = None
             self.lifecycle_log.append(record)
             self._event(record.end_s, DONE_EVENT[action], p, level)
             ticket.done_s = record.end_s

@@ -7,7 +7,7 @@ what change those tables; `SimPool.__init__` builds them.
 
 Exports: `device_time()` (device time split, `device_time.py`), `memory_timeline(device)`, each
 replica's `Timeline` (`timelines()`) and `step_rows()` (per-step, per-request rows joinable to ops
-through request ids). `route(deployment)` is the pool's deterministic placement helper.
+through request ids).
 
 Examples:
     >>> from maserve_prefect.clock.kernel import Kernel
@@ -17,8 +17,8 @@ Examples:
     >>> ticket = pool.load(Deployment("qwen", "Qwen3-0.6B"), "H100:0")
     >>> k.run()
     >>> name = ticket.replica
-    >>> pool.route("qwen").name == name, pool.memory("H100:0").residents == (name,)
-    (True, True)
+    >>> pool.replica(name).lifecycle.label, pool.memory("H100:0").residents == (name,)
+    ('ready', True)
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from maserve_prefect.clock.kernel import Kernel
-from maserve_prefect.engines.sim.pool.device import Deployment, DeviceSlot, ReplicaStatus
+from maserve_prefect.engines.sim.pool.device import Deployment, DeviceSlot
 from maserve_prefect.engines.sim.pool.device_time import DeviceTimeRow
 from maserve_prefect.engines.sim.pool.export import device_time_rows, step_rows
 from maserve_prefect.engines.sim.pool.lifecycle_exec import PoolReplica
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.records import Timeline
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.protocol.state import DeviceMemory
+from maserve_prefect.protocol.state import DeviceMemory, Lifecycle
 
 
 class PoolViews:
@@ -61,9 +61,7 @@ class PoolViews:
 
     def replicas(self) -> Sequence[SimReplica]:
         """Engines of replicas that are not unloaded, by name."""
-        live = sorted(
-            n for n, p in self._replicas.items() if p.status is not ReplicaStatus.UNLOADED
-        )
+        live = sorted(n for n, p in self._replicas.items() if p.status is not Lifecycle.UNLOADED)
         return [self._replicas[n].engine for n in live]
 
     def pool_replicas(self) -> Sequence[PoolReplica]:
@@ -73,7 +71,7 @@ class PoolViews:
     def replica(self, name: str) -> SimReplica:
         return self._entry(name).engine
 
-    def status(self, name: str) -> ReplicaStatus:
+    def status(self, name: str) -> Lifecycle:
         return self._entry(name).status
 
     def deployment(self, name: str) -> Deployment:
@@ -98,23 +96,6 @@ class PoolViews:
     def timelines(self) -> dict[str, Timeline]:
         """Each replica's engine series (vLLM Prometheus names), by replica name."""
         return {n: p.engine.timeline for n, p in self._replicas.items()}
-
-    def route(self, deployment: str) -> SimReplica | None:
-        """Least outstanding requests among READY, accepting replicas of `deployment`; ties by
-        name. None when no replica can take work now."""
-        best: SimReplica | None = None
-        best_key: tuple[int, str] | None = None
-        ready = ReplicaStatus.READY
-        for p in self._replicas.values():
-            if p.status is not ready or p.deployment.name != deployment:
-                continue
-            eng = p.engine
-            if not eng.accepting:
-                continue
-            key = (eng.num_outstanding, p.name)
-            if best_key is None or key < best_key:
-                best, best_key = eng, key
-        return best
 
     # -- exports ---------------------------------------------------------------------------
 
