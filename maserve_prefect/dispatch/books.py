@@ -33,7 +33,7 @@ from typing import Generic, Protocol, TypeVar
 from maserve_prefect.clock import Clock
 from maserve_prefect.dispatch.snapshot import Decisions, ReplicaView, Snapshot, Unit
 
-S = TypeVar("S", bound=Snapshot, covariant=True)
+S = TypeVar("S", bound=Snapshot)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,17 +12,70 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import networkx as nx
 
 from maserve_prefect.errors import SpecError
-from maserve_prefect.spec.composition import Choice, Handoff, Repeat, StageRef, precedence, walk
+from maserve_prefect.spec.artifacts import ArtifactInterface
+from maserve_prefect.spec.composition import (
+    Choice,
+    Handoff,
+    Node,
+    Repeat,
+    StageRef,
+    precedence,
+    walk,
+)
 from maserve_prefect.spec.composition import stage_names as composition_stages
+from maserve_prefect.spec.memory import MemoryNamespace
+from maserve_prefect.spec.stages import Stage
 
-if TYPE_CHECKING:
-    from maserve_prefect.spec.workload import WorkloadSpec
+
+class DependencyLike(Protocol):
+    """A stage edge as the checks read it (`workload.Dependency`)."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def artifact(self) -> str | None: ...
+
+
+class WorkloadSpec(Protocol):
+    """What the checks read of a workload (`workload.WorkloadSpec`, which runs them when it is
+    built; a protocol, so this module does not import the model that imports it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def artifacts(self) -> tuple[ArtifactInterface, ...]: ...
+
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+
+    @property
+    def stages(self) -> tuple[Stage, ...]: ...
+
+    @property
+    def dependencies(self) -> Sequence[DependencyLike]: ...
+
+    @property
+    def composition(self) -> Node | None: ...
+
+    @property
+    def memory(self) -> tuple[MemoryNamespace, ...]: ...
+
+    def stage_names(self) -> list[str]: ...
+
+    def artifact_names(self) -> list[str]: ...
+
+    def artifact(self, name: str) -> ArtifactInterface: ...
 
 
 def check_workload(spec: WorkloadSpec) -> None:

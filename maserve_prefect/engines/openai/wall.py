@@ -48,7 +48,7 @@ from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.protocol.intents import Intent
 from maserve_prefect.protocol.outcomes import Ticket
 from maserve_prefect.protocol.requests import Request
-from maserve_prefect.protocol.state import EngineState
+from maserve_prefect.protocol.state import EngineState, Lifecycle
 
 Deliver = Callable[[Callable[[], None]], None]
 
@@ -75,6 +75,10 @@ class EngineAlias:
 
     def inform(self, intent: Intent) -> None:
         self.engine.inform(intent)
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        return self.engine.lifecycle
 
     def state(self) -> EngineState:
         st = self.engine.state()

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from maserve_prefect.protocol.capabilities import HearCapabilities
+from maserve_prefect.clock import Clock
+from maserve_prefect.protocol.capabilities import Capabilities, HearCapabilities
 from maserve_prefect.protocol.controls import (
     CachePrepare,
     CacheRelease,
@@ -54,12 +55,33 @@ from maserve_prefect.protocol.controls import (
 )
 from maserve_prefect.protocol.force import Dropped, Resolution, Unsatisfied, resolve
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import EngineState
 
 if TYPE_CHECKING:
     from maserve_prefect.engines.sim.kv.host_tier import HostTier
     from maserve_prefect.engines.sim.kv.manager import KVCacheManager
     from maserve_prefect.engines.sim.kv.retention import RetentionTable
-    from maserve_prefect.engines.sim.replica import SimReplica
+    from maserve_prefect.engines.sim.step.scheduler import Scheduler
+
+
+class HearHost(Protocol):
+    """What the HEAR side reads of the replica it serves (`SimReplica` is the one host); a
+    protocol, so this layer never imports the replica that builds it."""
+
+    name: str
+    modes: tuple[str, ...]
+    kv: KVCacheManager
+    scheduler: Scheduler
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def state(self) -> EngineState: ...
+
+    def capabilities(self) -> Capabilities: ...
+
+    def kv_effect(self, fn: Callable[[], None]) -> None: ...
+
 
 _REQUEST_SCOPED = (Priority, ExecutionMode, OrderingKey, MaxWait)
 _CACHE = (CachePrepare, CacheRetain, CacheRelease)
@@ -96,7 +118,7 @@ class HearResolver:
     The base of `hear_side.SimHear`, whose constructor sets the attributes declared here.
     """
 
-    rep: SimReplica
+    rep: HearHost
     kv: KVCacheManager
     host: HostTier | None
     retention: RetentionTable

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from maserve_prefect.engines.sim.hear.resolve import HearResolver
+from maserve_prefect.engines.sim.hear.resolve import HearHost, HearResolver
 from maserve_prefect.engines.sim.kv.host_tier import HostTier, HostTierConfig
 from maserve_prefect.engines.sim.kv.retention import RetentionTable
 from maserve_prefect.engines.sim.step.request import SimRequest
@@ -61,9 +60,6 @@ from maserve_prefect.protocol.state import (
     TierCapacity,
 )
 from maserve_prefect.protocol.subjects import InstanceRef
-
-if TYPE_CHECKING:
-    from maserve_prefect.engines.sim.replica import SimReplica
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +138,7 @@ class SimHear(HearResolver):
         host: the host tier's config, or None (GPU tier only).
     """
 
-    def __init__(self, replica: SimReplica, host: HostTierConfig | None) -> None:
+    def __init__(self, replica: HearHost, host: HostTierConfig | None) -> None:
         self.rep = replica
         self.kv = replica.kv
         self.intents = IntentLog()
