@@ -20,8 +20,8 @@ lock, so registering after `submit` from another thread cannot miss an outcome. 
 `close()` from a ticket callback, nor while holding the lock your `deliver` takes: close waits for
 the loop to resolve every in-flight ticket as ABORTED.
 
-State: `lifecycle` is "ready", "unreachable" (discovery failed or the last attempt could not
-connect) or "stopped" (closed). Queue counts are this engine's own in-flight requests (running =
+State: `lifecycle` is READY, UNREACHABLE (discovery failed or the last attempt could not
+connect) or STOPPED (closed). Queue counts are this engine's own in-flight requests (running =
 holding a concurrency slot) unless a `state_source` supplies vLLM's gauges by Prometheus name
 (`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`); block
 fields are 0 (HTTP does not show blocks).
@@ -93,7 +93,7 @@ class OpenAIEngine:
 
     Examples:
         >>> eng = OpenAIEngine("http://127.0.0.1:9/v1", model="m")
-        >>> eng.state().lifecycle, eng.deployment
+        >>> eng.state().lifecycle.label, eng.deployment
         ('ready', 'm')
     """
 

@@ -30,8 +30,8 @@ Examples:
     >>> pool = SimPool(k, ["H100:0"])
     >>> ticket = pool.load(Deployment("qwen", "Qwen3-0.6B"), "H100:0")
     >>> k.run()
-    >>> ticket.done_s == pool.lifecycle_log[0].end_s, pool.replica(ticket.replica).state().lifecycle
-    (True, 'running')
+    >>> ticket.done_s == pool.lifecycle_log[0].end_s, pool.replica(ticket.replica).lifecycle.label
+    (True, 'ready')
 """
 
 from __future__ import annotations
