@@ -16,6 +16,23 @@ JSON layout, every kind:
      "tables": {table name: [row, ...]}}
 
 Non-finite numbers are written as null.
+
+Examples:
+    >>> from maserve_prefect.bench.report import Report, Table
+    >>> from maserve_prefect.bench.suite import parse_suite
+    >>> suite = parse_suite({"name": "s", "scenarios": ["a.yaml"]})
+    >>> res = SuiteResult(suite, "demo", Report({"arms": Table([{"arm": "dag", "p50_s": 1.5}])}))
+    >>> res.to_json()
+    {'suite': 's', 'kind': 'replay', 'scale': 'demo', 'flow_run_id': None, 'tables': {'arms': [{'arm': 'dag', 'p50_s': 1.5}]}}
+    >>> print(res.markdown())
+    ## suite s (demo)
+    <BLANKLINE>
+    ### arms
+    <BLANKLINE>
+    | arm | p50_s |
+    |---|---|
+    | dag | 1.5 |
+    <BLANKLINE>
 """
 
 from __future__ import annotations
