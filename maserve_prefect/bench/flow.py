@@ -1,9 +1,16 @@
-"""The `maserve-suite` Prefect flow: what `maserve bench run` calls and `maserve bench serve` deploys.
+"""The `maserve-suite` Prefect flow — what `maserve bench run` calls and `maserve bench serve`
+deploys, for a suite of any kind — and `run_suite`, the way to run a suite file now.
 
-One idea: the flow lives at module level in its own module so a served deployment can load it by
-module path (`maserve_prefect.bench.flow.maserve_suite`) in the runner's flow-run subprocess,
-from an editable install or a wheel alike; importing it imports Prefect, so the rest of
-`bench` imports this module lazily.
+One idea: the flow is a thin wrapper around the one runner (`bench.runner.execute_suite`): it
+loads the suite file, runs it, records its flow-run id, publishes the tables as Prefect
+artifacts (`SuiteResult.publish`) and, given `out`, writes the results; it returns the
+`SuiteResult` itself, which an in-process caller receives as the flow call's return value (the
+flow does not persist results, so nothing is serialized). The caller's progress callback is a
+flow parameter (Prefect stores it as a placeholder; a served run has none). The flow lives at
+module level in this module so a served deployment can load it by module path
+(`maserve_prefect.bench.flow.maserve_suite`) in the runner's flow-run subprocess, from an
+editable install or a wheel alike; importing it imports Prefect, so other modules import this
+one lazily.
 
 Examples:
     >>> maserve_suite.name
@@ -12,39 +19,84 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 from prefect import flow
 
-from maserve_prefect.bench import runner
+from maserve_prefect.bench.report import ProgressFn
+from maserve_prefect.bench.result import SuiteResult
+from maserve_prefect.bench.runner import execute_suite
 from maserve_prefect.bench.suite import load_suite
-from maserve_prefect.metrics.report import publish_artifacts
 
 
-@flow(name="maserve-suite", persist_result=False, log_prints=False)
-def maserve_suite(path: str, scale: str = "demo", capture: str | None = None) -> dict[str, Any]:
-    """Run a benchmark suite: every scenario's arms, the conformance audit, the metric tables,
-    the findings; a progress artifact advances after each arm run (`runner.execute_suite`), and
-    every table (`SuiteResult.tables`) is published as a table artifact plus one markdown report.
+@flow(name="maserve-suite", persist_result=False, log_prints=False, validate_parameters=False)
+def maserve_suite(
+    path: str,
+    scale: str = "demo",
+    out: str | None = None,
+    progress: ProgressFn | None = None,
+) -> SuiteResult:
+    """Run a benchmark suite of any kind as one flow run: the kind's work (a progress artifact
+    advances after each unit), then every table (`SuiteResult.tables`) as a table artifact plus
+    one markdown report.
 
     Args:
         path: the suite YAML file.
-        scale: demo or full.
-        capture: internal; a key under which an in-process `run_suite` collects the full result.
+        scale: one of the suite's scales.
+        out: a folder for the results (`<suite>.json`, `<suite>.md`) and the run's side files.
+        progress: called after each unit of work (in-process callers only).
 
     Returns:
-        The JSON summary (`SuiteResult.to_json`), also published as table artifacts.
+        The suite's result (`SuiteResult.to_json` is its JSON form).
     """
     from prefect.runtime import flow_run
 
-    progress = runner.PROGRESS.get(capture) if capture is not None else None
-    res = runner.execute_suite(load_suite(path), scale, prefect=True, progress=progress)
+    folder = Path(out) if out is not None else None
+    res = execute_suite(load_suite(path), scale, prefect=True, progress=progress, out=folder)
     res.flow_run_id = str(flow_run.id)
-    publish_artifacts(
-        res.tables(),
-        f"## suite {res.suite.name} ({scale})\n\n{res.suite.description}",
-        prefix=f"maserve-suite-{res.suite.name}",
-    )
-    if capture is not None:
-        runner.CAPTURE[capture] = res
-    return res.to_json()
+    res.publish()
+    if folder is not None:
+        res.write(folder)
+    return res
+
+
+def run_suite(
+    path: str | Path,
+    scale: str = "demo",
+    *,
+    prefect: bool = True,
+    progress: ProgressFn | None = None,
+    out: Path | None = None,
+) -> SuiteResult:
+    """Run a suite file of any kind now: one `maserve-suite` flow run (needs a Prefect API),
+    or none.
+
+    Args:
+        path: the suite YAML file.
+        scale: one of the suite's scales (replay: demo / full; pool and HEAR: as the file names).
+        prefect: run as a Prefect flow run with artifacts; False runs the same work bare.
+        progress: called after each unit of work (`bench.report.ProgressFn`).
+        out: write `<out>/<suite>.json` and `<out>/<suite>.md` (and the run's side files).
+
+    Raises:
+        ConfigError: a bad suite file, scale or part of the suite (file and key named).
+
+    Examples:
+        >>> run_suite("/nonexistent.yaml", prefect=False)
+        Traceback (most recent call last):
+        ...
+        maserve_prefect.errors.ConfigError: suite /nonexistent.yaml: cannot read it: [Errno 2] No such file or directory: '/nonexistent.yaml'
+    """
+    suite = load_suite(path)  # parse errors surface before a flow run is created
+    suite.check_scale(scale)
+    if not prefect:
+        res = execute_suite(suite, scale, prefect=False, progress=progress, out=out)
+        if out is not None:
+            res.write(out)
+        return res
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        return maserve_suite.with_options(flow_run_name=f"{suite.name}-{scale}")(
+            str(Path(path).resolve()), scale, str(out) if out is not None else None, progress
+        )

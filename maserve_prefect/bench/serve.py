@@ -1,8 +1,9 @@
 """Serving benchmark suites as scheduled Prefect deployments (`maserve bench serve`).
 
-One idea: every suite file with a `schedule` becomes one deployment of the `maserve-suite` flow
-(`bench.flow`), named after the suite, with parameters `{path, scale}` and its cron or interval
-schedule, and one Prefect `Runner` serves them all from this process — Prefect's `serve`, with
+One idea: every suite file with a `schedule`, of any kind (replay, pool, hear), becomes one
+deployment of the `maserve-suite` flow (`bench.flow`), named after the suite, with parameters
+`{path, scale}` and its cron or interval schedule, and one Prefect `Runner` serves them all from
+this process — Prefect's `serve`, with
 one addition: the runner also *creates* the scheduled runs. The local server `maserve` manages
 runs without Prefect's scheduler service (and the test harness's ephemeral server has none), so
 a served deployment would otherwise never get a run; every `schedule_every_s` the runner asks the
@@ -12,6 +13,9 @@ nothing is scheduled twice). Runs execute in the runner's subprocesses, which lo
 module path, so serving works from a wheel as from a checkout, entirely offline.
 
 Stop with Ctrl-C or SIGTERM; schedules are paused on shutdown (Prefect's default for `serve`).
+
+Every suite file in the folder is loaded (and must be valid); the scale must be one every served
+suite has (replay suites: demo / full; pool and HEAR suites name theirs).
 
 Examples:
     >>> scheduled_suites("/nonexistent")
@@ -29,20 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
-from maserve_prefect.bench.suite import Suite, check_scale, find_suites, load_suite
+from maserve_prefect.bench.suite import Suite, find_suites, load_suite
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.yamlfiles import read_yaml_mapping
 
 if TYPE_CHECKING:
     from prefect.deployments.runner import RunnerDeployment
 
 SCHEDULE_EVERY_S = 10.0
-
-
-def _is_scenario_suite(path: Path) -> bool:
-    """A scenario suite has no `kind`, or `kind: scenario`; others have their own runners."""
-    data = read_yaml_mapping(path, "suite file")
-    return data.get("kind", "scenario") == "scenario"
 
 
 def scheduled_suites(folder: str | Path) -> list[tuple[Path, Suite]]:
@@ -53,19 +50,18 @@ def scheduled_suites(folder: str | Path) -> list[tuple[Path, Suite]]:
     """
     out = []
     for path in find_suites(folder):
-        if not _is_scenario_suite(path):
-            continue  # pool / HEAR experiment suites run by their own modules
         suite = load_suite(path)
         if suite.schedule is not None:
             out.append((path.resolve(), suite))
     return out
 
 
-def check_servable(folder: str | Path) -> list[tuple[Path, Suite]]:
-    """`scheduled_suites(folder)`, refusing an empty result.
+def check_servable(folder: str | Path, scale: str = "demo") -> list[tuple[Path, Suite]]:
+    """`scheduled_suites(folder)`, refusing an empty result or a scale a served suite lacks.
 
     Raises:
-        ConfigError: no suite in `folder` has a schedule, or a suite file is invalid.
+        ConfigError: no suite in `folder` has a schedule, a suite file is invalid, or a
+            scheduled suite has no scale `scale`.
     """
     suites = scheduled_suites(folder)
     if not suites:
@@ -73,20 +69,22 @@ def check_servable(folder: str | Path) -> list[tuple[Path, Suite]]:
             f"no suite in {folder} has a `schedule`; add `schedule: {{interval_s: N}}` or "
             "`schedule: {cron: ...}` to a suite file"
         )
+    for _, suite in suites:
+        suite.check_scale(scale)
     return suites
 
 
 def suite_deployment(path: Path, suite: Suite, scale: str = "demo") -> RunnerDeployment:
-    """The deployment of one scheduled suite (name = suite name).
+    """The deployment of one scheduled suite of any kind (name = suite name).
 
     Raises:
-        ConfigError: a bad scale.
+        ConfigError: a scale the suite does not have.
     """
     from prefect.types.entrypoint import EntrypointType
 
     from maserve_prefect.bench.flow import maserve_suite
 
-    check_scale(scale)
+    suite.check_scale(scale)
     assert suite.schedule is not None
     sched = suite.schedule
     deployment = maserve_suite.to_deployment(
@@ -153,12 +151,13 @@ def serve_suites(
         The names of the suites that were served.
 
     Raises:
-        ConfigError: no suite in `folder` has a schedule, or a suite file is invalid.
+        ConfigError: no suite in `folder` has a schedule, a suite file is invalid, or a served
+            suite has no scale `scale`.
 
     Examples:
         >>> serve_suites("deployments/suites")  # doctest: +SKIP
     """
-    suites = check_servable(folder)
+    suites = check_servable(folder, scale)
     deployments = [suite_deployment(p, s, scale) for p, s in suites]
     try:
         asyncio.run(serve_async(deployments, limit=limit, schedule_every_s=schedule_every_s))

@@ -1,25 +1,30 @@
-"""`maserve bench run SUITE` and `maserve bench serve`: benchmark suites, now or on a schedule.
+"""`maserve bench run SUITE` and `maserve bench serve`: benchmark suites of any kind, now or on a
+schedule.
 
-The one idea: a suite (`bench.suite`) is a list of replay scenarios at a scale; `run` executes
-one now as a `maserve-suite` Prefect flow run (`bench.runner.run_suite`) with a progress bar,
-prints the per-arm table, the conformance audit and the findings, and with `--out` writes
-`<out>/<suite>.json`; `serve` registers every scheduled suite in a folder as a deployment and
-serves it (`bench.serve.serve_suites`) against the managed or configured Prefect API.
+The one idea: a suite file (`bench.suite`) is a replay, pool or HEAR suite at a scale; `run`
+executes one now as a `maserve-suite` Prefect flow run (`bench.flow.run_suite`) with a progress
+bar (units: arm runs for replay, (pattern, run, arm) for pool, arms for HEAR), prints its tables
+(replay: arms, the conformance audit, the metric tables, the findings; pool and HEAR: the
+experiment's tables) and with `--out` writes `<out>/<suite>.json` and `<out>/<suite>.md`;
+`--no-prefect` runs the same work without a suite flow run. `serve` registers every scheduled
+suite in a folder, of any kind, as a deployment and serves it (`bench.serve.serve_suites`)
+against the managed or configured Prefect API.
 
 Exit codes: 0 success; 1 bad input or a failed step (one red line); 3 `run --strict` when an arm
 failed its conformance audit.
 
 Examples:
     maserve bench run deployments/suites/finding_barrier.yaml --scale demo --out out/bench
+    maserve bench run deployments/suites/pool_hetero.yaml --scale medium
+    maserve bench run deployments/suites/hear_scbench.yaml --scale full --no-prefect
     maserve bench serve --suites deployments/suites
 """
 
 from __future__ import annotations
 
-import json
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -28,28 +33,43 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from maserve_prefect.cli.run_cmd import fail
 from maserve_prefect.errors import MaserveError
 
+if TYPE_CHECKING:
+    from maserve_prefect.bench.result import SuiteResult
+
 app = typer.Typer(no_args_is_help=True)
 
 DEFAULT_SUITES = Path("deployments/suites")
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, float) and v != v:  # NaN
-        return None
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, str | int | float | bool) or v is None:
-        return v
-    return str(v)
+def print_result(console: Console, res: SuiteResult, *, metrics: bool = True) -> None:
+    """Print a suite result: its header, then every table under its title (shown columns); a
+    replay suite's conformance audit as its own table; `metrics=False` leaves out the detail
+    tables (a replay suite's metric tables)."""
+    from maserve_prefect.bench.replay.suite import ReplaySuiteResult
+    from maserve_prefect.metrics.report import render_table
+    from maserve_prefect.replay.conformance import render
+
+    console.print(f"suite {res.suite.name} ({res.scale}): {res.suite.description}".rstrip(": "))
+    for line in res.report.header:
+        console.print(line, markup=False, highlight=False)
+    for name, table in res.report.tables.items():
+        if table.detail and not metrics:
+            continue
+        if name == "conformance" and isinstance(res.detail, ReplaySuiteResult):
+            console.print(render([r for reps in res.detail.conformance.values() for r in reps]))
+        else:
+            console.print(render_table(table.title or name, table.shown()))
 
 
 @app.command("run")
 def run_cmd(
-    suite: Annotated[Path, typer.Argument(help="Suite YAML file.")],
-    scale: Annotated[str, typer.Option(help="demo (CI-sized) or full.")] = "demo",
-    out: Annotated[Path | None, typer.Option(help="Write <suite>.json results here.")] = None,
+    suite: Annotated[Path, typer.Argument(help="Suite YAML file (kind: replay, pool or hear).")],
+    scale: Annotated[
+        str, typer.Option(help="A scale of the suite: demo (CI-sized), full, or one it names.")
+    ] = "demo",
+    out: Annotated[
+        Path | None, typer.Option(help="Write <suite>.json and <suite>.md results here.")
+    ] = None,
     prefect: Annotated[
         bool, typer.Option("--prefect/--no-prefect", help="Record the suite as a Prefect flow run.")
     ] = True,
@@ -60,30 +80,18 @@ def run_cmd(
         bool,
         typer.Option(
             "--metrics/--no-metrics",
-            help="Print the task-level metric tables (completion path, stage time, attempts, "
-            "SLO, goodput, engine) of every scenario too.",
+            help="Print a replay suite's task-level metric tables (completion path, stage time, "
+            "attempts, SLO, goodput, engine) of every scenario too.",
         ),
     ] = True,
 ) -> None:
-    """Run a benchmark suite now and print its arms, conformance audit, metrics and findings."""
-    from maserve_prefect.bench.runner import run_suite
-    from maserve_prefect.metrics.report import render_table
-    from maserve_prefect.replay.conformance import render
+    """Run a benchmark suite of any kind now and print its tables."""
+    from maserve_prefect.bench.flow import run_suite
+    from maserve_prefect.bench.suite import load_suite
 
     console = Console(width=140)
     try:
-        from maserve_prefect.bench.pool.suite import run_pool_suite_file
-        from maserve_prefect.bench.pool.suite_file import is_pool_suite
-        from maserve_prefect.bench.pool.tables import render as render_pool
-
-        if is_pool_suite(suite):  # the pool experiment: its own runner and scales
-            with ExitStack() as stack:
-                if prefect:
-                    from maserve_prefect import prefect_server
-
-                    stack.enter_context(prefect_server.connected(prefect_server.ensure_server()))
-                render_pool(run_pool_suite_file(suite, scale, out=out), console)
-            return
+        load_suite(suite).check_scale(scale)  # a bad file or scale fails before a server starts
         with ExitStack() as stack:
             if prefect:
                 from maserve_prefect import prefect_server
@@ -104,20 +112,10 @@ def run_cmd(
             def progress(done: int, total: int, label: str) -> None:
                 bar.update(task, completed=done, total=total, description=label)
 
-            res = run_suite(suite, scale, prefect=prefect, progress=progress)
-        console.print(f"suite {res.suite.name} ({scale}): {res.suite.description}".rstrip(": "))
-        console.print(render_table("arms", res.arm_rows()))
-        console.print(render([rep for reps in res.conformance.values() for rep in reps]))
-        if metrics:
-            for name, rows in res.metric_rows().items():
-                console.print(render_table(name, rows))
-        if res.findings:
-            console.print(render_table("findings", res.findings))
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            dest = out / f"{res.suite.name}.json"
-            dest.write_text(json.dumps(_jsonable(res.to_json()), indent=2, sort_keys=True) + "\n")
-            console.print(f"wrote {dest}")
+            res = run_suite(suite, scale, prefect=prefect, progress=progress, out=out)
+        print_result(console, res, metrics=metrics)
+        for path in res.files:
+            console.print(f"wrote {path}")
     except MaserveError as exc:
         fail(str(exc))
     if strict and not res.passed:
@@ -127,20 +125,23 @@ def run_cmd(
 @app.command("serve")
 def serve_cmd(
     suites: Annotated[
-        Path, typer.Option(help="Folder of suite files; those with a `schedule` are served.")
+        Path,
+        typer.Option(help="Folder of suite files; those with a `schedule` are served (any kind)."),
     ] = DEFAULT_SUITES,
-    scale: Annotated[str, typer.Option(help="Scale the served suites run at.")] = "demo",
+    scale: Annotated[
+        str, typer.Option(help="Scale the served suites run at (each must have it).")
+    ] = "demo",
     limit: Annotated[int | None, typer.Option(help="Most suite runs at once.")] = None,
     schedule_every_s: Annotated[
         float, typer.Option(help="How often upcoming runs are scheduled (seconds).", min=0.5)
     ] = 10.0,
 ) -> None:
-    """Serve every scheduled suite as a Prefect deployment (blocks; Ctrl-C stops)."""
+    """Serve every scheduled suite, of any kind, as a Prefect deployment (blocks; Ctrl-C stops)."""
     from maserve_prefect import prefect_server
     from maserve_prefect.bench.serve import check_servable, serve_suites
 
     try:
-        check_servable(suites)  # bad or unscheduled suites fail before a server is started
+        check_servable(suites, scale)  # bad or unscheduled suites fail before a server starts
         with prefect_server.connected(prefect_server.ensure_server()):
             served = serve_suites(suites, scale, limit=limit, schedule_every_s=schedule_every_s)
     except MaserveError as exc:

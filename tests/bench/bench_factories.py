@@ -75,3 +75,50 @@ def write_suite(folder: Path, name: str = "toy-suite", **extra: Any) -> Path:
 def count_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """A findings analysis for tests: one row with the number of scenarios."""
     return [{"num_scenarios": len(results)}]
+
+
+def write_hear_suite(folder: Path, name: str = "toy-hear", **extra: Any) -> Path:
+    """A tiny `kind: hear` SCBench suite `<folder>/<name>.yaml`: 0.6B on one device, two arms,
+    a few sessions over one shared context (runs in about a second)."""
+    data: dict[str, Any] = {
+        "name": name,
+        "kind": "hear",
+        "experiment": "scbench",
+        "description": "a tiny HEAR suite",
+        "pool": {"gpu": "RTX-PRO-6000", "model": "Qwen3-0.6B", "num_devices": 1,
+                 "host_kv_gib": 1},
+        "max_in_flight": 1,
+        "arms": {"fcfs": "fcfs", "cache_aware": "cache_aware"},
+        "workload": {"seed": 0, "num_sessions": 4, "num_contexts": 1, "arrival_rate_per_s": 50.0,
+                     "context_tokens": [1024, 2048], "mean_turns": 2, "min_turns": 1,
+                     "max_turns": 3, "think_mean_s": 1.0},
+        "scales": {"demo": {"workload": {"num_sessions": 3}}, "full": {}},
+    } | extra  # fmt: skip
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def write_pool_suite(folder: Path, profiles: Path, name: str = "toy-pool", **extra: Any) -> Path:
+    """A tiny `kind: pool` suite `<folder>/<name>.yaml`: one session of one workflow on one
+    A100, two arms on formula costs, small predictor training rows, no predictor scores."""
+    training = {"profiles": str(profiles), "measured_shapes": [[1, 16], [128, 1024], [16, 256]],
+                "sim_shapes": [[1, 8], [128, 1024], [16, 256]], "sim_models": ["Qwen3-0.6B"],
+                "sim_devices": ["A100-40GB"], "trees": 5}  # fmt: skip
+    data: dict[str, Any] = {
+        "name": name,
+        "kind": "pool",
+        "description": "a tiny pool suite",
+        "workflows": ["code_repair"],
+        "arrivals": {"burst": {"kind": "burst"}},
+        "arms": {"joint": {"plan": "joint", "predictor": "formula"},
+                 "pool-fcfs": {"plan": "pool-fcfs", "predictor": "formula"}},
+        "headline": "joint",
+        "baselines": {"fcfs": "pool-fcfs"},
+        "training": training,
+        "scales": {"tiny": {"sessions_per_workflow": 1, "devices": {"A100-40GB": 1},
+                            "bucket_steps": 1, "score_predictors": False}},
+    } | extra  # fmt: skip
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,4 +1,5 @@
-"""`maserve bench serve` offline: a suite on a 5 s interval gets a scheduled run that completes."""
+"""`maserve bench serve` offline: suites of any kind on a 5 s interval get scheduled runs that
+complete."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bench_factories import write_suite
+from bench_factories import write_hear_suite, write_suite
 
 SERVE = "from maserve_prefect.cli import main; main()"
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +40,7 @@ def test_a_served_suite_runs_on_its_schedule(tmp_path: Path, prefect_api: None) 
     suites = tmp_path / "suites"
     suites.mkdir()
     write_suite(suites, name="served-toy", schedule={"interval_s": 5})
+    write_hear_suite(suites, name="served-hear", schedule={"interval_s": 5})
     env = os.environ | {
         "PREFECT_API_URL": str(PREFECT_API_URL.value()),
         "PREFECT_RUNNER_POLL_FREQUENCY": "2",
@@ -51,18 +53,18 @@ def test_a_served_suite_runs_on_its_schedule(tmp_path: Path, prefect_api: None) 
     )  # fmt: skip
     try:
         deadline = time.monotonic() + MAX_WAIT_S
-        states: list[tuple[str, str]] = []
+        states: dict[str, list[tuple[str, str]]] = {}
         while time.monotonic() < deadline and proc.poll() is None:
-            states = asyncio.run(_states("served-toy"))
-            if ("COMPLETED", "True") in states:
+            states = {name: asyncio.run(_states(name)) for name in ("served-toy", "served-hear")}
+            if all(("COMPLETED", "True") in s for s in states.values()):
                 break
             time.sleep(2.0)
         assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-        assert ("COMPLETED", "True") in states, (
+        assert all(("COMPLETED", "True") in s for s in states.values()), (
             states,
             (tmp_path / "serve.log").read_text()[-3000:],
         )
-        assert not any(s == "FAILED" for s, _ in states)
+        assert not any(s == "FAILED" for runs in states.values() for s, _ in runs)
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -1,4 +1,4 @@
-"""Suite files: parsing, scale overrides applied before validation, errors that name the key."""
+"""Suite files of every kind: one loader, scale overrides, errors that name the file and key."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ from typing import Any
 
 import pytest
 import yaml
-from bench_factories import write_scenario, write_suite
+from bench_factories import write_hear_suite, write_pool_suite, write_scenario, write_suite
 
-from maserve_prefect.bench.suite import apply_scale, find_suites, load_suite, parse_suite
+from maserve_prefect.bench.hear.suite_file import MooncakeSuite, RoleModesSuite, ScbenchSuite
+from maserve_prefect.bench.pool.suite_file import PoolSuite
+from maserve_prefect.bench.replay.suite_file import ReplaySuite, apply_scale
+from maserve_prefect.bench.suite import find_suites, load_suite, parse_suite
 from maserve_prefect.errors import ConfigError
+
+SHIPPED = Path(__file__).resolve().parents[2] / "deployments" / "suites"
 
 NATIVE: dict[str, Any] = {
     "name": "x",
@@ -57,6 +62,7 @@ def test_apply_scale_errors_name_the_key(
 
 def test_suite_scales_reach_the_validated_scenarios(tmp_path: Path) -> None:
     suite = load_suite(write_suite(tmp_path))
+    assert isinstance(suite, ReplaySuite)
     demo, full = suite.load_scenarios("demo")[0], suite.load_scenarios("full")[0]
     assert demo.blocks == 1 and full.blocks == 2
     assert full.arrivals.kind == "poisson" and full.arrivals.rate_per_s == 2.0
@@ -70,7 +76,9 @@ def test_per_scenario_scales_override_the_suite(tmp_path: Path) -> None:
         scenarios=["scenarios/toy.yaml", {"path": "scenarios/other.yaml",
                                           "scales": {"full": {"blocks": 3}}}],
     )  # fmt: skip
-    toy, other = load_suite(path).load_scenarios("full")
+    suite = load_suite(path)
+    assert isinstance(suite, ReplaySuite)
+    toy, other = suite.load_scenarios("full")
     assert (toy.blocks, other.blocks) == (2, 3)
     assert other.arrivals.rate_per_s == 2.0  # the suite's other override still applies
 
@@ -94,15 +102,21 @@ def test_bad_suite_fields_are_named(extra: dict[str, Any], message: str) -> None
     assert message in str(err.value)
 
 
+def replay_suite(path: Path) -> ReplaySuite:
+    suite = load_suite(path)
+    assert isinstance(suite, ReplaySuite)
+    return suite
+
+
 def test_bad_scale_name_and_scenario_errors(tmp_path: Path) -> None:
-    suite = load_suite(write_suite(tmp_path))
+    suite = replay_suite(write_suite(tmp_path))
     with pytest.raises(ConfigError, match="unknown scale 'medium'"):
         suite.load_scenarios("medium")
-    missing = load_suite(write_suite(tmp_path, name="m", scenarios=["scenarios/none.yaml"]))
+    missing = replay_suite(write_suite(tmp_path, name="m", scenarios=["scenarios/none.yaml"]))
     with pytest.raises(ConfigError, match=re.escape("none.yaml: cannot read it")):
         missing.load_scenarios()
     (tmp_path / "scenarios" / "bad.yaml").write_text("name: y\ncohorts: []\narms: [{name: a}]\n")
-    bad = load_suite(write_suite(tmp_path, name="b", scenarios=["scenarios/bad.yaml"]))
+    bad = replay_suite(write_suite(tmp_path, name="b", scenarios=["scenarios/bad.yaml"]))
     with pytest.raises(ConfigError, match=re.escape("bad.yaml: cohorts")):
         bad.load_scenarios()
 
@@ -112,14 +126,14 @@ def test_duplicate_scenario_names_are_refused(tmp_path: Path) -> None:
         tmp_path, scenarios=["scenarios/toy.yaml", "scenarios/../scenarios/toy.yaml"]
     )
     with pytest.raises(ConfigError, match="scenario names must be unique"):
-        load_suite(path).load_scenarios()
+        replay_suite(path).load_scenarios()
 
 
 def test_analysis_is_imported_or_named_in_the_error(tmp_path: Path) -> None:
-    ok = load_suite(write_suite(tmp_path, analysis="bench_factories.count_rows"))
+    ok = replay_suite(write_suite(tmp_path, analysis="bench_factories.count_rows"))
     fn = ok.analysis_fn()
     assert fn is not None and fn({"a": 1}) == [{"num_scenarios": 1}]
-    bad = load_suite(write_suite(tmp_path, name="b", analysis="bench_factories.nothing"))
+    bad = replay_suite(write_suite(tmp_path, name="b", analysis="bench_factories.nothing"))
     with pytest.raises(
         ConfigError, match=re.escape("'bench_factories.nothing' cannot be imported")
     ):
@@ -139,4 +153,108 @@ def test_unreadable_suite_file(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(["a list"]))
     with pytest.raises(ConfigError, match="expected a mapping"):
+        load_suite(path)
+
+
+# -- one loader for every kind ------------------------------------------------------------------
+
+
+def test_every_shipped_suite_loads_as_its_kind_and_says_its_kind() -> None:
+    kinds = {p.name: type(load_suite(p)) for p in find_suites(SHIPPED)}
+    assert kinds == {
+        "finding_barrier.yaml": ReplaySuite,
+        "finding_kv_budget.yaml": ReplaySuite,
+        "finding_rate_sweep.yaml": ReplaySuite,
+        "finding_request_limit.yaml": ReplaySuite,
+        "hear_mooncake.yaml": MooncakeSuite,
+        "hear_role_modes.yaml": RoleModesSuite,
+        "hear_scbench.yaml": ScbenchSuite,
+        "pool_hetero.yaml": PoolSuite,
+    }
+    for path in find_suites(SHIPPED):  # shipped files write their kind out
+        assert "kind" in yaml.safe_load(path.read_text()), path.name
+    pool = load_suite(SHIPPED / "pool_hetero.yaml")
+    assert pool.scale_names() == ("demo", "medium", "full", "full-headline")
+    assert load_suite(SHIPPED / "hear_mooncake.yaml").scale_names() == ("demo", "full")
+
+
+def test_kind_defaults_to_replay() -> None:
+    suite = parse_suite({"name": "s", "scenarios": ["a.yaml"]}, source="s.yaml")
+    assert isinstance(suite, ReplaySuite) and suite.kind == "replay"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"name": "s", "kind": "experiment"}, "kind: unknown kind 'experiment'; use one of replay"),
+        ({"name": "s", "kind": "hear"}, "experiment: a `kind: hear` suite names its experiment"),
+        ({"name": "s", "kind": "hear", "experiment": "bogus"}, "one of scbench, mooncake"),
+        ({"name": "s", "kind": "pool", "scenarios": ["a.yaml"]}, "workflows: Field required"),
+    ],
+)
+def test_bad_kind_or_experiment_is_named(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape("suite s.yaml: ")) as err:
+        parse_suite(data, source="s.yaml")
+    assert message in str(err.value)
+
+
+def test_hear_scales_are_merged_one_level_deep_and_validated(tmp_path: Path) -> None:
+    suite = load_suite(write_hear_suite(tmp_path))
+    assert isinstance(suite, ScbenchSuite)
+    demo, full = suite.scaled("demo"), suite.scaled("full")
+    assert (demo.workload.num_sessions, full.workload.num_sessions) == (3, 4)
+    assert demo.workload.num_contexts == full.workload.num_contexts == 1  # the rest is kept
+    assert demo.workload.mean_turns == 2 and isinstance(demo.workload.mean_turns, int)
+    with pytest.raises(ConfigError, match="unknown scale 'medium'"):
+        suite.scaled("medium")
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "message"),
+    [
+        ({"scales": {"demo": {"workload": {"num_sesions": 3}}}}, "scales.demo.workload.num_sesions",
+         "Extra inputs are not permitted"),
+        ({"scales": {"demo": {"max_in_flight": 0}}}, "scales.demo.max_in_flight",
+         "greater than or equal to 1"),
+        ({"scales": {"demo": {"name": "other"}}}, "scales.demo.name", "cannot change"),
+        ({"arms": {}}, "arms", "at least 1 item"),
+        ({"pool": {"gpu": "RTX-PRO-6000"}}, "pool.model", "Field required"),
+        ({"experiment": "mooncake", "scales": {"demo": {}}, "pool": {"gpu": "H100", "model": "m"},
+          "workload": {"trace": "t.jsonl", "window_s": 5, "fractions": [1.0]}},
+         "pool: give `sizing`", "or `num_devices`"),
+    ],
+)  # fmt: skip
+def test_bad_hear_key_names_the_file_and_the_key(
+    tmp_path: Path, extra: dict[str, Any], key: str, message: str
+) -> None:
+    path = write_hear_suite(tmp_path, **extra)
+    with pytest.raises(ConfigError) as err:
+        load_suite(path)
+    assert str(err.value).startswith(f"suite {path}: {key}")
+    assert message in str(err.value)
+
+
+def test_bad_pool_key_names_the_file_and_the_key(tmp_path: Path) -> None:
+    good = load_suite(write_pool_suite(tmp_path, tmp_path))
+    assert isinstance(good, PoolSuite) and good.scale_names() == ("tiny",)
+    with pytest.raises(ConfigError, match="unknown scale 'demo'"):
+        good.scale("demo")
+    path = write_pool_suite(tmp_path, tmp_path, name="bad", baselines={"fcfs": "nope"})
+    with pytest.raises(ConfigError) as err:
+        load_suite(path)
+    assert str(err.value).startswith(f"suite {path}: baselines.fcfs: unknown arm 'nope'")
+    path = write_pool_suite(
+        tmp_path, tmp_path, name="bad2", arms={"joint": {"plan": "joint", "predictor": "x"}}
+    )
+    with pytest.raises(ConfigError, match=re.escape(f"suite {path}: arms.joint.predictor")):
+        load_suite(path)
+
+
+def test_every_kind_takes_a_schedule(tmp_path: Path) -> None:
+    hear = load_suite(write_hear_suite(tmp_path, schedule={"interval_s": 60}))
+    pool = load_suite(write_pool_suite(tmp_path, tmp_path, schedule={"cron": "0 4 * * *"}))
+    assert hear.schedule is not None and hear.schedule.interval_s == 60.0
+    assert pool.schedule is not None and pool.schedule.cron == "0 4 * * *"
+    path = write_hear_suite(tmp_path, name="both", schedule={"cron": "x", "interval_s": 1})
+    with pytest.raises(ConfigError, match="schedule: give exactly one"):
         load_suite(path)

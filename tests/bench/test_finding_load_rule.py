@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from maserve_prefect.bench.replay.findings import LOAD_LADDER, MU_SAT_PER_S, ladder_rates
+from maserve_prefect.bench.replay.suite_file import ReplaySuite
 from maserve_prefect.bench.suite import load_suite
 from maserve_prefect.replay.scenario import arrival_process
 from maserve_prefect.workloads.arrivals import PoissonArrivals
@@ -17,7 +18,9 @@ SUITES = Path(__file__).resolve().parents[2] / "deployments" / "suites"
 
 def _rates(name: str, scale: str) -> list[float]:
     rates = []
-    for sc in load_suite(SUITES / f"finding_{name}.yaml").load_scenarios(scale):
+    suite = load_suite(SUITES / f"finding_{name}.yaml")
+    assert isinstance(suite, ReplaySuite)
+    for sc in suite.load_scenarios(scale):
         process = arrival_process(sc.arrivals)
         assert isinstance(process, PoissonArrivals), f"{sc.name}: the rule is Poisson arrivals"
         rates.append(process.rate_per_s)

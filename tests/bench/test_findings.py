@@ -19,9 +19,11 @@ import pytest
 import yaml
 from bench_factories import make_trace
 
+from maserve_prefect.bench.flow import run_suite
 from maserve_prefect.bench.replay import block_figures, findings
 from maserve_prefect.bench.replay.block_figures import DeadlineFigures, deadline_figures
-from maserve_prefect.bench.runner import run_suite
+from maserve_prefect.bench.replay.suite import ReplaySuiteResult
+from maserve_prefect.bench.replay.suite_file import ReplaySuite
 from maserve_prefect.bench.suite import load_suite
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.replay.arms import run_scenario
@@ -53,6 +55,7 @@ def _range(text: str) -> tuple[float, float]:
 @pytest.mark.parametrize("name", NAMES)
 def test_suite_files_load_at_both_scales(name: str) -> None:
     suite = load_suite(SUITES / f"finding_{name}.yaml")
+    assert isinstance(suite, ReplaySuite)
     assert suite.analysis is not None and suite.analysis_fn() is not None
     for scale in ("demo", "full"):
         scenarios = suite.load_scenarios(scale)
@@ -75,6 +78,7 @@ def test_research_barrier_serializes_the_branches_of_every_root(scale: str) -> N
     """The research workflow's barrier is per-root op edges, so its cohort scales like the
     four-call cohort (same users at each scale) and the edges still reach every root."""
     suite = load_suite(SUITES / "finding_barrier.yaml")
+    assert isinstance(suite, ReplaySuite)
     scenarios = {s.name: s for s in suite.load_scenarios(scale)}
     (cohort,) = scenarios["f1-barrier-research"].cohorts
     assert cohort.native is not None
@@ -89,12 +93,19 @@ def test_research_barrier_serializes_the_branches_of_every_root(scale: str) -> N
     assert [b.to_release() for b in arm.barrier] == RESEARCH_CHAIN
 
 
+def _replay(name: str) -> ReplaySuiteResult:
+    res = run_suite(SUITES / f"finding_{name}.yaml", scale="demo", prefect=False)
+    assert isinstance(res.detail, ReplaySuiteResult)
+    assert res.tables().get("findings", []) == res.detail.findings
+    return res.detail
+
+
 def _run(name: str) -> list[dict[str, object]]:
-    return run_suite(SUITES / f"finding_{name}.yaml", scale="demo", prefect=False).findings
+    return _replay(name).findings
 
 
 def test_barrier_suite_barrier_adds_latency(prefect_api: None) -> None:
-    result = run_suite(SUITES / "finding_barrier.yaml", scale="demo", prefect=False)
+    result = _replay("barrier")
     rows = result.findings
     assert {(r["scenario"], r["class"]) for r in rows} == {
         ("f1-barrier", "four_call_full"),

@@ -9,11 +9,21 @@ from pathlib import Path
 import pytest
 
 from maserve_prefect.bench.pool import suite as pool_suite
-from maserve_prefect.bench.pool.suite import PoolSuiteResult, run_pool_suite
-from maserve_prefect.bench.pool.suite_file import is_pool_suite, load_pool_suite
+from maserve_prefect.bench.pool.results import PoolSuiteResult
+from maserve_prefect.bench.pool.suite import run_pool_suite
+from maserve_prefect.bench.pool.suite_file import PoolSuite
+from maserve_prefect.bench.pool.tables import pool_report, suite_tables
+from maserve_prefect.bench.result import SuiteResult
+from maserve_prefect.bench.suite import load_suite
 from maserve_prefect.errors import ConfigError
 
 SUITE = Path(__file__).resolve().parents[2] / "deployments" / "suites" / "pool_hetero.yaml"
+
+
+def load_pool_suite(path: Path) -> PoolSuite:
+    suite = load_suite(path)
+    assert isinstance(suite, PoolSuite)
+    return suite
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +44,16 @@ def test_every_arm_completes_every_session_above_the_lower_bound(
         assert len(r.latency_s) == sessions, r.arm
         assert r.summary["makespan_s"] >= res.lower_bounds[(r.pattern, r.run)] > 0
         assert r.summary["gpu_s_total"] > r.summary["gpu_s_generation"] > 0
-    for row in res.tables()["arms"]:
+    for row in suite_tables(res)["arms"]:
         assert row["sessions_done"] == sessions
-    paths = res.tables()["model_paths"]
+    paths = suite_tables(res)["model_paths"]
     for arm in scale.arms or ():
         assert sum(p["completed_per_run"] for p in paths if p["arm"] == arm) == sessions
 
 
 def test_two_runs_give_identical_tables(twice: tuple[PoolSuiteResult, PoolSuiteResult]) -> None:
     first, second = twice
-    assert first.tables() == second.tables()
+    assert suite_tables(first) == suite_tables(second)
     assert [r.summary for r in first.runs] == [r.summary for r in second.runs]
 
 
@@ -51,7 +61,7 @@ def test_tables_carry_the_goals_beside_what_was_achieved(
     twice: tuple[PoolSuiteResult, PoolSuiteResult], tmp_path: Path
 ) -> None:
     res = twice[0]
-    tables = res.tables()
+    tables = suite_tables(res)
     assert {"arms", "goals", "model_paths", "ablations", "model_availability", "predictors"} <= set(
         tables
     )
@@ -71,14 +81,15 @@ def test_tables_carry_the_goals_beside_what_was_achieved(
         "scalar GBDT",
         "learned graph",
     }
-    js, md = res.write(tmp_path)
+    js, md = SuiteResult(res.suite, res.scale, pool_report(res), detail=res).write(tmp_path)
+    assert (js.name, md.name) == ("pool-hetero.json", "pool-hetero.md")
     doc = json.loads(js.read_text())
     assert doc["tables"]["goals"][0]["goal"].startswith("≤")
-    assert "## goals" in md.read_text() and "≤ 0.60×" in md.read_text()
+    assert doc["tables"]["goals"] == tables["goals"]
+    assert "### Goals: headline vs baselines" in md.read_text() and "≤ 0.60×" in md.read_text()
 
 
 def test_suite_file_errors_name_the_field(tmp_path: Path) -> None:
-    assert is_pool_suite(SUITE)
     bad = tmp_path / "bad.yaml"
     text = SUITE.read_text().replace("arms: [joint, joint-no-fusion,", "arms: [joint, nope,")
     bad.write_text(text)

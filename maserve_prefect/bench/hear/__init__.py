@@ -2,6 +2,6 @@
 
 One idea: HEAR policies (`hear/`) stay pure; `adapters` glues them onto the session-replay driver
 (`workloads/`) and times the glue as control-plane overhead; `arms` runs one policy arm; each
-suite records its workload once and replays it identically per policy arm; `tables` lays the
-results out like the paper's.
+experiment (`suite_file`: one `kind: hear` model per `experiment`) records its workload once and
+replays it identically per policy arm; `tables` turns the runs into rows laid out like the paper's.
 """

@@ -14,6 +14,8 @@ scores 1 when the context the role needs fits the budget (`kv_budget_tokens`, th
 `ModeParams` default 1,024), else budget / needed — a Reader needs only its question and the
 evidence passage (`reader_needed_tokens`), a Main agent needs its whole prompt;
 `sparse_attention` scores 1 - `sparse_penalty`. A run's quality is the minimum over its requests.
+The suite file is `experiment: role_modes` of `kind: hear`
+(`bench.hear.suite_file.RoleModesSuite`, which also holds `QualityModel`).
 
 Examples:
     >>> quality_proxy("reader", "kv_budget", 20000, QualityModel())
@@ -24,40 +26,25 @@ Examples:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from maserve_prefect.bench.hear.adapters import role_of
 from maserve_prefect.bench.hear.arms import Arm, ArmRun, make_pool, run_arm
-from maserve_prefect.bench.hear.tables import (
-    SuiteReport,
-    arm_row,
-    load_scale,
-    markdown,
-    overhead_rows,
-    write_outputs,
-)
+from maserve_prefect.bench.hear.suite_file import QualityModel, RoleModesSuite, ScbenchParams
+from maserve_prefect.bench.hear.tables import arm_row, overhead_rows
+from maserve_prefect.bench.report import ProgressFn, Report, Table
 from maserve_prefect.hear.mode_calibration import DevRun, calibrate
 from maserve_prefect.hear.modemap import ModeMap
 from maserve_prefect.hear.policies import Fcfs, RoleModeSelection
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import Session, SessionSet
 
-__all__ = ["DEFAULT_SUITE", "QualityModel", "main_reader_set", "quality_proxy", "run_role_modes"]
+__all__ = ["main_reader_set", "quality_proxy", "run_role_modes"]
 
-DEFAULT_SUITE = (
-    Path(__file__).resolve().parents[3] / "deployments" / "suites" / "hear_role_modes.yaml"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class QualityModel:
-    """Parameters of the modeled quality proxy (module docstring)."""
-
-    kv_budget_tokens: int = 1024
-    reader_needed_tokens: int = 768
-    sparse_penalty: float = 0.02
+EVAL_COLUMNS = ("mapping", "ttft_p50_s", "ttft_p95_s", "makespan_s", "makespan_incl_cp_s",
+                "session_mean_s", "quality_proxy", "fallbacks", "control_plane_share",
+                "paper")  # fmt: skip
+"""The evaluation table's shown columns (the JSON keeps every column)."""
 
 
 def quality_proxy(role: str, mode: str, num_prompt_tokens: int, q: QualityModel) -> float:
@@ -74,58 +61,85 @@ def _renamed(sset: SessionSet, role: str) -> list[Session]:
     return [Session(f"{role}-{s.session_id.split('-', 1)[1]}", s.turns) for s in sset]
 
 
-def main_reader_set(seed: int, num_main: int, num_readers: int, main: dict[str, Any],
-                    reader: dict[str, Any]) -> SessionSet:  # fmt: skip
-    """Main sessions (growing context) and Reader sessions (one document each), one set."""
-
-    def tup(d: dict[str, Any]) -> dict[str, Any]:
-        return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-
-    m = generate_scbench(num_main, seed, include_history=True, **tup(main))
-    r = generate_scbench(num_readers, seed + 10_000, include_history=False, **tup(reader))
+def main_reader_set(
+    seed: int, num_main: int, num_readers: int, main: ScbenchParams, reader: ScbenchParams
+) -> SessionSet:
+    """Main sessions (growing context, history kept) and Reader sessions (one document each,
+    no history), one set."""
+    m = generate_scbench(num_main, seed, **(main.params() | {"include_history": True}))
+    r = generate_scbench(
+        num_readers, seed + 10_000, **(reader.params() | {"include_history": False})
+    )
     return SessionSet(tuple(_renamed(m, "main") + _renamed(r, "reader")), "closed",
                       {"generator": "main_reader", "seed": seed})  # fmt: skip
 
 
+def _dev_runs(suite: RoleModesSuite) -> int:
+    """Development replays calibration makes: every distinct candidate of every role, each
+    `stability_runs` times."""
+    modes = sum(len(dict.fromkeys(m)) for m in suite.candidates.values())
+    return modes * suite.stability_runs
+
+
 def run_role_modes(
-    path: Path = DEFAULT_SUITE, scale: str = "demo", out_dir: Path | None = None
-) -> SuiteReport:
-    """Calibrate the role -> mode mapping, freeze it, and evaluate it against all-dense."""
-    cfg = load_scale(path, scale)
-    w, pool = cfg["workload"], cfg["pool"]
-    qm = QualityModel(**cfg.get("quality", {}))
-    out = Path(out_dir) if out_dir is not None else Path(cfg.get("mapping_dir", "out/hear_modes"))
+    suite: RoleModesSuite,
+    scale: str = "demo",
+    out_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+) -> Report:
+    """Calibrate the role -> mode mapping, freeze it, and evaluate it against all-dense
+    (progress: after each development and evaluation replay).
+
+    The frozen mapping is written to `out_dir` (default: the suite's `mapping_dir`) and read
+    back for the evaluation.
+
+    Raises:
+        ConfigError: a bad scale, or a role whose every candidate fails calibration.
+    """
+    cfg = suite.scaled(scale)
+    w, pool, qm = cfg.workload, cfg.pool, cfg.quality
+    out = Path(out_dir) if out_dir is not None else cfg.mapping_dir
+    total, done = _dev_runs(cfg) + 2, 0
+
+    def step(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, label)
 
     def workload(seed: int) -> SessionSet:
-        return main_reader_set(seed, int(w["num_main"]), int(w["num_readers"]), w["main"],
-                               w["reader"])  # fmt: skip
+        return main_reader_set(seed, w.num_main, w.num_readers, w.main, w.reader)
 
     def replay(sset: SessionSet, mapping: ModeMap) -> ArmRun:
-        reps = make_pool(pool["gpu"], pool["model"], int(pool.get("num_devices", 1)),
-                         float(pool.get("host_kv_gib", 0)), {})  # fmt: skip
+        reps = make_pool(pool.gpu, pool.model, pool.num_devices or 1, float(pool.host_kv_gib),
+                         dict(pool.scheduler))  # fmt: skip
         arm = Arm(mapping.version, Fcfs(), selection=RoleModeSelection(mapping))
-        return run_arm(sset, arm, reps, max_in_flight=cfg.get("max_in_flight"))
+        return run_arm(sset, arm, reps, max_in_flight=cfg.max_in_flight)
 
     def run_fn(role: str, mode: str, i: int) -> DevRun:
         mapping = ModeMap.of(f"dev-{role}-{mode}", {role: mode}, default="dense")
-        run = replay(workload(int(w["dev_seed"]) + i), mapping)
+        run = replay(workload(w.dev_seed + i), mapping)
         sizes = {t.request_id: t.num_prompt_tokens for t in run.result.turns}
         used = [(r.role, r.realized or r.requested, sizes[r.request_id]) for r in run.mode_records]
+        step(f"dev/{role}/{mode}/{i}")
         return DevRun(run.result.makespan_s, used)
 
     def quality_fn(role: str, mode: str, run: DevRun) -> float:
         used: list[tuple[str, str, int]] = run.output  # type: ignore[assignment]
         return min((quality_proxy(r, m, n, qm) for r, m, n in used if r == role), default=1.0)
 
-    cal = calibrate(cfg["candidates"], run_fn, quality_fn, int(cfg["stability_runs"]),
-                    version=str(cfg["version"]), min_quality=float(cfg["min_quality"]),
-                    max_makespan_cv=float(cfg["max_makespan_cv"]), default="dense",
-                    path=out / f"role_modes_{cfg['version']}.json")  # fmt: skip
+    cal = calibrate(dict(cfg.candidates), run_fn, quality_fn, cfg.stability_runs,
+                    version=cfg.version, min_quality=cfg.min_quality,
+                    max_makespan_cv=cfg.max_makespan_cv, default="dense",
+                    path=out / f"role_modes_{cfg.version}.json")  # fmt: skip
     assert cal.path is not None
     frozen = ModeMap.load(cal.path)  # the evaluation reads the frozen file back
-    eval_set = workload(int(w["eval_seed"]))
+    eval_set = workload(w.eval_seed)
     dense = ModeMap.of("all-dense", {}, default="dense")
-    runs = [replay(eval_set, dense), replay(eval_set, frozen)]
+    runs = []
+    for mapping in (dense, frozen):
+        runs.append(replay(eval_set, mapping))
+        step(f"eval/{mapping.version}")
     rows = []
     for run in runs:
         row = arm_row(run)
@@ -147,23 +161,19 @@ def run_role_modes(
                                   if role_of(r.request_id) == role}),
               "fallbacks": sum(r.fell_back for r in runs[1].mode_records
                                if role_of(r.request_id) == role)}
-             for role in sorted(cfg["candidates"])]  # fmt: skip
+             for role in sorted(cfg.candidates)]  # fmt: skip
     cands = [{"role": c.role, "mode": c.mode, "min_quality": min(c.qualities),
               "median_makespan_s": c.median_makespan_s, "passed_quality": c.passed_quality,
               "passed_stability": c.passed_stability} for c in cal.reports]  # fmt: skip
-    text = "\n\n".join([
-        f"## HEAR role -> mode ({scale}): mapping {frozen.version} "
-        f"sha256 {frozen.content_hash[:12]} = {dict(frozen.modes)} (quality is MODELED)",
-        "### Calibration (development sets)\n\n" + markdown(cands),
-        "### Evaluation set: mapping vs all-dense\n\n" + markdown(rows, [
-            "mapping", "ttft_p50_s", "ttft_p95_s", "makespan_s", "makespan_incl_cp_s", "session_mean_s",
-            "quality_proxy", "fallbacks", "control_plane_share", "workload_sha256", "paper"]),
-        "### Requested vs realized\n\n" + markdown(modes),
-        "### Control-plane overhead\n\n" + markdown(overhead_rows(runs)),
-    ])  # fmt: skip
-    tables = {"calibration": cands, "evaluation": rows, "modes": modes,
-              "overhead": overhead_rows(runs)}  # fmt: skip
-    report = SuiteReport("hear_role_modes", scale, tables, text)
-    if out_dir is not None:
-        report.files = write_outputs(out, f"hear_role_modes_{scale}", tables, text)
-    return report
+    header = [
+        f"HEAR role -> mode ({scale}): mapping {frozen.version} "
+        f"sha256 {frozen.content_hash[:12]} = {dict(frozen.modes)} (quality is MODELED); "
+        f"evaluation workload {eval_set.content_hash()[:12]}"
+    ]
+    tables = {
+        "calibration": Table(cands, "Calibration (development sets)"),
+        "evaluation": Table(rows, "Evaluation set: mapping vs all-dense", EVAL_COLUMNS),
+        "modes": Table(modes, "Requested vs realized"),
+        "overhead": Table(overhead_rows(runs), "Control-plane overhead"),
+    }
+    return Report(tables, header=header, files=[cal.path])

@@ -14,11 +14,12 @@ there is nothing to order.
 Table (paper layout): per arm TTFT p50 / p95 / max, batch completion (makespan) and reuse, then
 the headline ratios of Cache-Aware+Guard-40 against FCFS beside the paper's goals (>= 1.61x
 batch speedup, >= 2.23x lower p50 TTFT, p95 not worse), and the control-plane overhead rows.
+The suite file is `experiment: scbench` of `kind: hear` (`bench.hear.suite_file.ScbenchSuite`).
 
 Examples:
-    >>> cfg = load_scale(DEFAULT_SUITE, "demo")
-    >>> cfg["pool"]["gpu"], cfg["arms"]["fcfs"]
-    ('RTX-PRO-6000', 'fcfs')
+    >>> from maserve_prefect.bench.hear.suite_file import ScbenchWorkload
+    >>> len(scbench_workload(ScbenchWorkload(seed=0, num_sessions=3, num_contexts=1)))
+    3
 """
 
 from __future__ import annotations
@@ -28,47 +29,31 @@ from pathlib import Path
 from typing import Any
 
 from maserve_prefect.bench.hear.arms import ArmRun, make_pool, parse_arm, run_arm
-from maserve_prefect.bench.hear.tables import (
-    SuiteReport,
-    arm_row,
-    capacity_line,
-    load_scale,
-    markdown,
-    overhead_rows,
-    write_outputs,
-)
+from maserve_prefect.bench.hear.suite_file import ScbenchSuite, ScbenchWorkload
+from maserve_prefect.bench.hear.tables import arm_row, capacity_line, overhead_rows
+from maserve_prefect.bench.report import ProgressFn, Report, Table
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import SessionSet
 
-__all__ = [
-    "DEFAULT_SUITE",
-    "distinct_prompt_tokens",
-    "headline_rows",
-    "run_scbench",
-    "scbench_workload",
-]
+__all__ = ["distinct_prompt_tokens", "headline_rows", "run_scbench", "scbench_workload"]
 
-DEFAULT_SUITE = Path(__file__).resolve().parents[3] / "deployments" / "suites" / "hear_scbench.yaml"
 HEADLINE = "cache_aware+guard40"
 PAPER = {
     "batch_speedup": ">= 1.61x",
     "p50_ttft_reduction": ">= 2.23x",
     "p95_ttft_ratio": "<= 1.00 (not worse)",
 }
-COLUMNS = ["policy", "ttft_p50_s", "ttft_p95_s", "ttft_max_s", "makespan_s", "makespan_incl_cp_s", "reuse",
-           "reuse_host", "host_load_s", "max_queue_s", "num_completed", "recheck_demoted",
-           "control_plane_share", "workload_sha256", "paper"]  # fmt: skip
+COLUMNS = ("policy", "ttft_p50_s", "ttft_p95_s", "ttft_max_s", "makespan_s", "makespan_incl_cp_s",
+           "reuse", "reuse_host", "host_load_s", "max_queue_s", "num_completed", "recheck_demoted",
+           "control_plane_share", "paper")  # fmt: skip
+"""The arm table's shown columns (the JSON keeps every column; the workload hash is in the
+header: every arm has the same one)."""
 
 
-def scbench_workload(cfg: dict[str, Any]) -> SessionSet:
-    """The suite's recorded workload (the `workload` mapping of the scaled config)."""
-    w = dict(cfg["workload"])
-    n, seed = int(w.pop("num_sessions")), int(w.pop("seed"))
-    for key in ("context_tokens", "query_tokens", "answer_tokens"):
-        if key in w:
-            w[key] = tuple(w[key])
-    return generate_scbench(n, seed, **w)
+def scbench_workload(w: ScbenchWorkload) -> SessionSet:
+    """The suite's recorded workload (the scaled suite's `workload`)."""
+    return generate_scbench(w.num_sessions, w.seed, **w.params())
 
 
 def distinct_prompt_tokens(sset: SessionSet) -> int:
@@ -107,26 +92,35 @@ def headline_rows(runs: dict[str, ArmRun], headline: str = HEADLINE) -> list[dic
 
 
 def run_scbench(
-    path: Path = DEFAULT_SUITE, scale: str = "demo", out_dir: Path | None = None
-) -> SuiteReport:
-    """Run every arm of the SCBench suite at `scale`; print-ready text and rows.
+    suite: ScbenchSuite,
+    scale: str = "demo",
+    out_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+) -> Report:
+    """Run every arm of the SCBench suite at `scale` (progress: after each arm).
+
+    With `out_dir`, the recorded workload is written there as JSONL.
 
     Raises:
-        ConfigError: a bad suite file, scale or arm.
+        ConfigError: a bad scale or arm.
     """
-    cfg = load_scale(path, scale)
-    sset = scbench_workload(cfg)
+    cfg = suite.scaled(scale)
+    sset = scbench_workload(cfg.workload)
     digest = sset.content_hash()
+    files = []
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        sset.save(Path(out_dir) / f"hear_scbench_{scale}_workload.jsonl")
-    pool = cfg["pool"]
+        files.append(sset.save(Path(out_dir) / f"hear_scbench_{scale}_workload.jsonl"))
+    pool = cfg.pool
+    num_devices = pool.num_devices or 1
     runs: dict[str, ArmRun] = {}
-    for name, spec in cfg["arms"].items():
-        replicas = make_pool(pool["gpu"], pool["model"], int(pool.get("num_devices", 1)),
-                             float(pool.get("host_kv_gib", 0)), dict(pool.get("scheduler", {})))  # fmt: skip
+    for i, (name, spec) in enumerate(cfg.arms.items()):
+        replicas = make_pool(pool.gpu, pool.model, num_devices, float(pool.host_kv_gib),
+                             dict(pool.scheduler))  # fmt: skip
         runs[name] = run_arm(sset, parse_arm(name, spec), replicas,
-                             max_in_flight=cfg.get("max_in_flight"), expect_hash=digest)  # fmt: skip
+                             max_in_flight=cfg.max_in_flight, expect_hash=digest)  # fmt: skip
+        if progress is not None:
+            progress(i + 1, len(cfg.arms), name)
     rows = []
     for name, run in runs.items():
         row = arm_row(run)
@@ -138,22 +132,19 @@ def run_scbench(
         rows.append(row)
     head = headline_rows(runs) if "fcfs" in runs and HEADLINE in runs else []
     over = overhead_rows(list(runs.values()))
-    text = "\n\n".join(
-        [
-            f"## HEAR SCBench ({scale}): {len(sset)} sessions, {sset.num_turns} turns, "
-            f"workload {digest[:12]}, {pool['num_devices']} x {pool['gpu']} {pool['model']}, "
-            f"host KV {pool.get('host_kv_gib', 0)} GiB, max_in_flight {cfg.get('max_in_flight')}",
-            capacity_line(next(iter(runs.values())), distinct_prompt_tokens(sset)),
-            markdown(rows, COLUMNS),
-            "### Cache-Aware+Guard-40 vs FCFS\n\n" + markdown(head),
-            "### Control-plane overhead (host CPU)\n\n" + markdown(over),
-        ]
-    )
-    tables = {"arms": rows, "headline": head, "overhead": over,
-              "meta": [{"scale": scale, "workload_sha256": digest, "num_sessions": len(sset),
-                        "num_turns": sset.num_turns}]}  # fmt: skip
-    report = SuiteReport("hear_scbench", scale, tables, text)
-    if out_dir is not None:
-        report.files = write_outputs(Path(out_dir), f"hear_scbench_{scale}", tables, text)
+    header = [
+        f"HEAR SCBench ({scale}): {len(sset)} sessions, {sset.num_turns} turns, "
+        f"workload {digest[:12]}, {num_devices} x {pool.gpu} {pool.model}, "
+        f"host KV {pool.host_kv_gib} GiB, max_in_flight {cfg.max_in_flight}",
+        capacity_line(next(iter(runs.values())), distinct_prompt_tokens(sset)),
+    ]
+    meta = [{"scale": scale, "workload_sha256": digest, "num_sessions": len(sset),
+             "num_turns": sset.num_turns}]  # fmt: skip
+    tables = {
+        "arms": Table(rows, "Policy arms", COLUMNS),
+        "headline": Table(head, "Cache-Aware+Guard-40 vs FCFS"),
+        "overhead": Table(over, "Control-plane overhead (host CPU)"),
+        "meta": Table(meta, "Workload"),
+    }
     assert all(math.isfinite(r["makespan_s"]) for r in rows)
-    return report
+    return Report(tables, header=header, files=files)

@@ -1,9 +1,10 @@
-"""Rows and tables of the HEAR suites, laid out like the paper's, with a "paper" column.
+"""Rows of the HEAR suites, laid out like the paper's, with a "paper" column.
 
 One idea: a suite produces plain row dicts (one per arm, per load level, per control-plane
-operation); this module turns an `ArmRun` into its row, and rows into a markdown table whose last
-column is the paper's figure for that row ("n/a" where the issue gives none), and writes the JSON
-and markdown files. Control-plane time (host CPU, `hear.overhead`) is measured per operation and
+operation); this module turns an `ArmRun` into its row and the control-plane recorder into
+overhead rows; each experiment adds the paper's figure for a row ("n/a" where the issue gives
+none) and the suite report renders them (`bench.report`, `metrics.report.markdown_table`).
+Control-plane time (host CPU, `hear.overhead`) is measured per operation and
 included in the end-to-end time as `makespan_incl_cp_s`: the virtual makespan plus every
 control-plane second, as if each sat on the critical path (the harness runs them one at a time
 between engine steps; an upper bound). Latencies stay in virtual time so reruns are identical;
@@ -12,34 +13,18 @@ between engine steps; an upper bound). Latencies stay in virtual time so reruns 
 seconds those PCIe loads added to the steps that admitted them (host reuse is not free).
 
 Examples:
-    >>> print(markdown([{"policy": "fcfs", "ttft_p50_s": 1.23456, "paper": "n/a"}]))
-    | policy | ttft_p50_s | paper |
-    |---|---|---|
-    | fcfs | 1.235 | n/a |
+    >>> overhead_rows([])
+    []
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from maserve_prefect.bench.hear.arms import ArmRun
-from maserve_prefect.errors import ConfigError
 
-__all__ = [
-    "SuiteReport",
-    "arm_row",
-    "capacity_line",
-    "load_scale",
-    "markdown",
-    "overhead_rows",
-    "write_outputs",
-]
+__all__ = ["arm_row", "capacity_line", "overhead_rows"]
 
 
 def arm_row(run: ArmRun) -> dict[str, Any]:
@@ -110,71 +95,3 @@ def overhead_rows(runs: Sequence[ArmRun]) -> list[dict[str, Any]]:
                 }
             )
     return out
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float):
-        if value != value:  # NaN
-            return "n/a"
-        return f"{value:.3f}" if abs(value) < 1e4 else f"{value:.0f}"
-    if isinstance(value, str) and len(value) == 64:
-        return value[:12]  # a content hash
-    return str(value)
-
-
-def markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """A markdown table of `rows` (columns: the first row's keys unless given)."""
-    if not rows:
-        return "(no rows)"
-    cols = list(columns) if columns is not None else list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in rows:
-        lines.append("| " + " | ".join(_cell(row.get(c, "")) for c in cols) + " |")
-    return "\n".join(lines)
-
-
-def write_outputs(out_dir: Path, name: str, tables: Mapping[str, Any], text: str) -> list[Path]:
-    """Write `<name>.json` (the tables) and `<name>.md` (the printed text) into `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    js = out_dir / f"{name}.json"
-    js.write_text(json.dumps(tables, indent=2, sort_keys=True, default=str) + "\n")
-    md = out_dir / f"{name}.md"
-    md.write_text(text + "\n")
-    return [js, md]
-
-
-@dataclass(slots=True)
-class SuiteReport:
-    """A suite's tables (name -> rows), the printed text, and the files written."""
-
-    name: str
-    scale: str
-    tables: dict[str, list[dict[str, Any]]]
-    text: str
-    files: list[Path] = field(default_factory=list)
-
-
-def load_scale(path: Path, scale: str) -> dict[str, Any]:
-    """A suite YAML's top-level mapping with `scales[scale]` merged over it (key by key).
-
-    Raises:
-        ConfigError: unreadable file, not a mapping, or an unknown scale.
-    """
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"suite {path}: cannot read ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"suite {path}: the top level must be a mapping")
-    scales = data.get("scales") or {}
-    if scale not in scales:
-        raise ConfigError(f"suite {path}: no scale {scale!r}; have {sorted(scales)}")
-    merged = {k: v for k, v in data.items() if k != "scales"}
-    for key, value in (scales[scale] or {}).items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return merged

@@ -1,1 +1,2 @@
-"""Pool suites: recorded multi-agent work on a heterogeneous pool under every pool plan."""
+"""Pool suites (`kind: pool`): recorded multi-agent work on a heterogeneous pool under every pool
+plan — the suite file, the run, its record and its tables."""

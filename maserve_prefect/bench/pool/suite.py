@@ -19,23 +19,17 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from maserve_prefect.bench.pool.suite_file import PoolSuite, Scale, load_pool_suite
-from maserve_prefect.bench.pool.tables import Row, suite_tables
+from maserve_prefect.bench.pool.results import ArmRun, PoolSuiteResult, Row
+from maserve_prefect.bench.pool.suite_file import PoolSuite, Scale
 from maserve_prefect.bench.pool.traces import record_traces
-from maserve_prefect.metrics.report import markdown_table
+from maserve_prefect.bench.report import ProgressFn
 from maserve_prefect.pool.costs import cost_model_source
 from maserve_prefect.pool.executor import run_pool
 from maserve_prefect.pool.lower_bound import lower_bound
-from maserve_prefect.pool.results import PoolRunResult
 from maserve_prefect.pool.state import CostModel
 from maserve_prefect.pool.workload import (
     ARRIVAL_SEED,
@@ -45,92 +39,10 @@ from maserve_prefect.pool.workload import (
     workload_roots,
 )
 
-ProgressFn = Callable[[int, int, str], None]
-
 
 def path_label(models: Sequence[str]) -> str:
     """A model path's short name: sizes joined by '+'."""
     return "+".join(m.removeprefix("Qwen3-") for m in models)
-
-
-@dataclass(slots=True)
-class ArmRun:
-    """The numbers one arm run produced (what the tables need, not the whole result)."""
-
-    pattern: str
-    arm: str
-    run: int
-    summary: dict[str, float]
-    latency_s: dict[str, float]
-    num_reacquiring_ops: int
-
-    @classmethod
-    def of(cls, pattern: str, arm: str, run: int, res: PoolRunResult) -> ArmRun:
-        return cls(
-            pattern,
-            arm,
-            run,
-            res.summary(),
-            dict(res.root_latency_s),
-            sum(o.reacquire_s > 0 for o in res.ops),
-        )
-
-
-@dataclass(slots=True)
-class PoolSuiteResult:
-    """A suite run: per-run numbers, lower bounds, workload facts, predictor scores."""
-
-    suite: PoolSuite
-    scale: str
-    runs: list[ArmRun] = field(default_factory=list)
-    lower_bounds: dict[tuple[str, int], float] = field(default_factory=dict)
-    paths: dict[int, dict[str, str]] = field(default_factory=dict)  # run -> root -> path
-    workload: list[Row] = field(default_factory=list)
-    predictors: list[Row] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    def tables(self) -> dict[str, list[Row]]:
-        """Report name → rows (`bench.pool.tables`); deterministic for a suite and scale."""
-        return suite_tables(self)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "suite": self.suite.name,
-            "scale": self.scale,
-            "scale_config": self.suite.scale(self.scale).model_dump(mode="json"),
-            "goals": self.suite.goals.model_dump(),
-            "tables": self.tables(),
-            "per_run": [
-                {"pattern": r.pattern, "arm": r.arm, "run": r.run, **r.summary} for r in self.runs
-            ],
-            "lower_bound_s": {f"{p}/run{r}": v for (p, r), v in self.lower_bounds.items()},
-            "wall_seconds": self.seconds,
-        }
-
-    def to_markdown(self) -> str:
-        parts = [f"# {self.suite.name} ({self.scale})", self.suite.description]
-        for name, rows in self.tables().items():
-            parts.append(f"## {name}\n\n{markdown_table(rows) or '(no rows)'}")
-        return "\n\n".join(parts) + "\n"
-
-    def write(self, out: Path) -> tuple[Path, Path]:
-        """Write `<out>/<suite>-<scale>.json` and `.md`; returns both paths."""
-        out.mkdir(parents=True, exist_ok=True)
-        stem = out / f"{self.suite.name}-{self.scale}"
-        js, md = stem.with_suffix(".json"), stem.with_suffix(".md")
-        js.write_text(json.dumps(_jsonable(self.to_json()), indent=1, sort_keys=True) + "\n")
-        md.write_text(self.to_markdown())
-        return js, md
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, float) and not np.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_jsonable(x) for x in v]
-    return v
 
 
 def _cost_models(
@@ -228,17 +140,3 @@ def _workload_rows(run: int, roots: Sequence[RootWork]) -> list[Row]:
             }
         )
     return rows
-
-
-def run_pool_suite_file(
-    path: str | Path,
-    scale: str = "demo",
-    *,
-    out: Path | None = None,
-    progress: ProgressFn | None = None,
-) -> PoolSuiteResult:
-    """Load a `kind: pool` suite file, run it at `scale`, and write JSON + markdown to `out`."""
-    res = run_pool_suite(load_pool_suite(path), scale, progress=progress)
-    if out is not None:
-        res.write(out)
-    return res

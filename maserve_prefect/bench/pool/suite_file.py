@@ -3,10 +3,10 @@
 One idea: a suite file names the work (workflows), the arrival patterns, the arms (a registered
 pool plan, the predictor its costs come from, its ablation switches), which arm is the headline
 and which are its baselines and ablations, the goals, the predictors' training rows, and the
-scales to run at; `load_pool_suite` parses it into a frozen `PoolSuite` and refuses a bad field
-or an unknown name with the file and field named. Running it is `bench.pool.suite`.
-
-A suite file has `kind: pool` (the scenario-suite loader of `bench.suite` cannot express it):
+scales to run at; the one suite loader (`bench.suite.load_suite`) parses it into a frozen
+`PoolSuite` and refuses a bad field or an unknown name with the file and field named. Running it is `bench.pool.suite`. The header fields (name, kind,
+description, schedule) are every suite's (`bench.suite_base`). Scales are named freely in the file
+(the shipped suite has demo, medium, full and full-headline).
 
     name: pool-hetero
     kind: pool
@@ -33,22 +33,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.bench.suite_base import FrozenModel, SuiteBase
 from maserve_prefect.pool.costs import TrainingSpec
 from maserve_prefect.pool.inputs import ExecOptions
 from maserve_prefect.pool.workload import ArrivalPattern
-from maserve_prefect.yamlfiles import read_yaml_mapping
 
 Axes = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ArrivalSpec(_Model):
+class ArrivalSpec(FrozenModel):
     kind: Literal["burst", "poisson"]
     rate_per_s: float = Field(default=0.0, ge=0)
 
@@ -56,7 +51,7 @@ class ArrivalSpec(_Model):
         return ArrivalPattern(self.kind, self.rate_per_s)
 
 
-class ArmSpec(_Model):
+class ArmSpec(FrozenModel):
     """One arm: a registered pool plan, the predictor its costs come from, ablation switches."""
 
     plan: str
@@ -69,7 +64,7 @@ class ArmSpec(_Model):
         return ExecOptions(fusion=self.fusion, prefetch=self.prefetch, coalesce=self.coalesce)
 
 
-class Goals(_Model):
+class Goals(FrozenModel):
     """The paper's goals: headline/baseline makespan and p95 ratios, headline/lower bound."""
 
     makespan_vs_baselines: float = 0.60
@@ -78,7 +73,7 @@ class Goals(_Model):
     pattern: str = "burst"
 
 
-class TrainingConfig(_Model):
+class TrainingConfig(FrozenModel):
     """Predictor training rows (`pool.costs.TrainingSpec`); `profiles` is relative to the file."""
 
     profiles: Path
@@ -89,7 +84,7 @@ class TrainingConfig(_Model):
     trees: int = Field(default=300, ge=1)
 
 
-class Scale(_Model):
+class Scale(FrozenModel):
     """One scale: sessions, pool, runs, and optionally subsets of arrivals / arms."""
 
     sessions_per_workflow: int = Field(ge=1)
@@ -105,12 +100,10 @@ class Scale(_Model):
         return [f"{gpu}:{i}" for gpu, n in self.devices.items() for i in range(n)]
 
 
-class PoolSuite(_Model):
+class PoolSuite(SuiteBase):
     """A parsed `kind: pool` suite file (module docstring)."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     kind: Literal["pool"]
-    description: str = ""
     workflows: tuple[str, ...] = Field(min_length=1)
     arrivals: dict[str, ArrivalSpec] = Field(min_length=1)
     arms: dict[str, ArmSpec] = Field(min_length=1)
@@ -120,7 +113,6 @@ class PoolSuite(_Model):
     goals: Goals = Goals()
     training: TrainingConfig
     scales: dict[str, Scale] = Field(min_length=1)
-    base_dir: Path = Path(".")
 
     @model_validator(mode="after")
     def _names_exist(self) -> PoolSuite:
@@ -137,16 +129,22 @@ class PoolSuite(_Model):
                 raise ValueError(f"{where}: unknown arm {arm!r}; arms: {', '.join(self.arms)}")
         return self
 
+    def scale_names(self) -> tuple[str, ...]:
+        """The scales the file names, in file order."""
+        return tuple(self.scales)
+
     def scale(self, name: str) -> Scale:
-        if name not in self.scales:
-            raise ConfigError(
-                f"suite {self.name}: unknown scale {name!r}; use one of {', '.join(self.scales)}"
-            )
+        """The scale `name`.
+
+        Raises:
+            ConfigError: the file names no such scale.
+        """
+        self.check_scale(name)
         return self.scales[name]
 
     def training_spec(self, scale: Scale) -> TrainingSpec:
         cfg = scale.training or self.training
-        profiles = cfg.profiles if cfg.profiles.is_absolute() else self.base_dir / cfg.profiles
+        profiles = self.path(cfg.profiles)
         base = TrainingSpec(profiles=profiles.resolve(), num_trees=cfg.trees)
         return TrainingSpec(
             profiles=base.profiles,
@@ -156,24 +154,3 @@ class PoolSuite(_Model):
             sim_shapes=cfg.sim_shapes or base.sim_shapes,
             num_trees=cfg.trees,
         )
-
-
-def load_pool_suite(path: str | Path) -> PoolSuite:
-    """Parse and check a `kind: pool` suite file.
-
-    Raises:
-        ConfigError: unreadable file, bad YAML or an invalid field (file and field named).
-    """
-    path = Path(path)
-    data = read_yaml_mapping(path, "pool suite")
-    try:
-        return PoolSuite.model_validate({**data, "base_dir": path.parent})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"pool suite {path}: {loc}: {first['msg']}") from None
-
-
-def is_pool_suite(path: str | Path) -> bool:
-    """Whether the YAML file at `path` declares `kind: pool`."""
-    return read_yaml_mapping(Path(path), "suite").get("kind") == "pool"

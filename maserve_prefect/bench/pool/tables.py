@@ -8,7 +8,8 @@ achieved next to the goals (`Goals`): the headline plan's makespan and p95 again
 lower bound, the GPU-seconds per completed session split four ways, per-model-path completion,
 model-availability delays (waiting for an ongoing load vs a load that cannot start) and
 re-acquire waits, the ablations, the workload, and the predictors' held-out quality
-(`pool.costs.predictor_scores`). `render` prints them with rich.
+(`pool.costs.predictor_scores`). `pool_report` lays them out as every suite kind does
+(`bench.report.Report`), with a title per table.
 
 Examples:
     >>> row = _goal_row("burst", "joint/parrot", "makespan", 0.5, 0.6, True)
@@ -19,16 +20,11 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from maserve_prefect.metrics.report import render_table
-
-if TYPE_CHECKING:
-    from maserve_prefect.bench.pool.suite import ArmRun, PoolSuiteResult
-
-Row = dict[str, Any]
+from maserve_prefect.bench.pool.results import ArmRun, PoolSuiteResult, Row
+from maserve_prefect.bench.report import Report, Table
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -203,8 +199,7 @@ TITLES = {
 }
 
 
-def render(res: PoolSuiteResult, console: Any) -> None:
-    """Print every table with rich."""
-    console.print(f"suite {res.suite.name} ({res.scale}): {res.suite.description}".rstrip(": "))
-    for name, rows in res.tables().items():
-        console.print(render_table(TITLES.get(name, name), rows))
+def pool_report(res: PoolSuiteResult) -> Report:
+    """The suite's tables (titled, `TITLES`) and its JSON summary."""
+    tables = {name: Table(rows, TITLES.get(name, name)) for name, rows in suite_tables(res).items()}
+    return Report(tables, res.summary())

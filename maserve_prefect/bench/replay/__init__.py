@@ -1,1 +1,2 @@
-"""Replay suites: the finding analyses and the per-block figures of a replay suite's arm runs."""
+"""Replay suites (`kind: replay`): the suite file, its run over replay scenarios, the finding
+analyses and the per-block figures of its arm runs."""

@@ -13,13 +13,18 @@ from maserve_prefect.bench.hear import adapters, tables
 from maserve_prefect.bench.hear.adapters import RetentionHook
 from maserve_prefect.bench.hear.arms import Arm, make_pool, parse_arm, run_arm
 from maserve_prefect.bench.hear.mooncake_suite import run_mooncake
-from maserve_prefect.bench.hear.scbench_suite import run_scbench
+from maserve_prefect.bench.hear.suite_file import MooncakeSuite, RoleModesSuite
+from maserve_prefect.bench.result import SuiteResult
+from maserve_prefect.bench.runner import execute_suite
+from maserve_prefect.bench.suite import load_suite
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear.modemap import ModeMap
 from maserve_prefect.hear.policies import RoleModeSelection, SessionRetention
 from maserve_prefect.replay.session_results import TurnResult
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
+
+SUITES = Path(__file__).resolve().parents[3] / "deployments" / "suites"
 
 
 def small_pool() -> list:
@@ -40,18 +45,23 @@ def test_doctests() -> None:
 
 
 @pytest.fixture(scope="module")
-def scbench_demo(tmp_path_factory: pytest.TempPathFactory) -> tables.SuiteReport:
-    return run_scbench(scale="demo", out_dir=tmp_path_factory.mktemp("scb"))
+def scbench_demo(tmp_path_factory: pytest.TempPathFactory) -> SuiteResult:
+    out = tmp_path_factory.mktemp("scb")
+    res = execute_suite(load_suite(SUITES / "hear_scbench.yaml"), "demo", prefect=False, out=out)
+    res.write(out)
+    return res
 
 
-def test_scbench_demo_rows_and_one_workload(scbench_demo: tables.SuiteReport) -> None:
-    rows = scbench_demo.tables["arms"]
+def test_scbench_demo_rows_and_one_workload(scbench_demo: SuiteResult) -> None:
+    rows = scbench_demo.tables()["arms"]
     assert [r["policy"] for r in rows] == [
         "fcfs", "cache_aware", "cache_aware+guard40", "cache_aware+guard60"]  # fmt: skip
     assert len({r["workload_sha256"] for r in rows}) == 1
     assert all(r["num_completed"] == r["num_turns"] > 0 for r in rows)
-    assert [h["metric"] for h in scbench_demo.tables["headline"]] == [
+    assert [h["metric"] for h in scbench_demo.tables()["headline"]] == [
         "batch_speedup", "p50_ttft_reduction", "p95_ttft_ratio"]  # fmt: skip
+    assert [p.name for p in scbench_demo.files] == [
+        "hear_scbench_demo_workload.jsonl", "hear-scbench.json", "hear-scbench.md"]  # fmt: skip
     assert all(p.exists() for p in scbench_demo.files)
 
 
@@ -63,9 +73,9 @@ def paper_goal(text: str) -> tuple[str, float]:
 
 
 def test_scbench_headline_ratios_recomputed_from_the_arm_rows(
-    scbench_demo: tables.SuiteReport,
+    scbench_demo: SuiteResult,
 ) -> None:
-    by = {r["policy"]: r for r in scbench_demo.tables["arms"]}
+    by = {r["policy"]: r for r in scbench_demo.tables()["arms"]}
     base, best = by["fcfs"], by["cache_aware+guard40"]
     want = {
         # batch completion: FCFS's makespan over the headline arm's (> 1: the arm finishes first)
@@ -75,7 +85,7 @@ def test_scbench_headline_ratios_recomputed_from_the_arm_rows(
         # tail TTFT: the headline arm's over FCFS's (<= 1: not worse)
         "p95_ttft_ratio": best["ttft_p95_s"] / base["ttft_p95_s"],
     }
-    head = {h["metric"]: h for h in scbench_demo.tables["headline"]}
+    head = {h["metric"]: h for h in scbench_demo.tables()["headline"]}
     assert set(head) == set(want)
     for metric, value in want.items():
         got = head[metric]
@@ -84,44 +94,44 @@ def test_scbench_headline_ratios_recomputed_from_the_arm_rows(
         met = value >= goal if op == ">=" else value <= goal * (1 + 1e-9)
         assert got["met"] is met, metric
         # the printed table says the same
-        row = f"| {metric} | {value:.3f} | {met} | {got['paper']} |"
-        assert row in scbench_demo.text, row
+        row = f"| {metric} | {value:.4g} | {met} | {got['paper']} |"
+        assert row in scbench_demo.markdown(), row
     # "p95 not worse" is the plain comparison of the two arms' p95 TTFTs
     not_worse = best["ttft_p95_s"] <= base["ttft_p95_s"] * (1 + 1e-9)
     assert head["p95_ttft_ratio"]["met"] is not_worse
     # and the JSON written beside the text holds the same headline
     (js,) = [p for p in scbench_demo.files if p.suffix == ".json"]
-    written = {h["metric"]: h for h in json.loads(js.read_text())["headline"]}
+    written = {h["metric"]: h for h in json.loads(js.read_text())["tables"]["headline"]}
     for metric, value in want.items():
         assert written[metric]["measured"] == pytest.approx(value, rel=1e-12), metric
         assert written[metric]["met"] is head[metric]["met"], metric
 
 
-def test_overhead_rows_present(scbench_demo: tables.SuiteReport) -> None:
-    over = scbench_demo.tables["overhead"]
+def test_overhead_rows_present(scbench_demo: SuiteResult) -> None:
+    over = scbench_demo.tables()["overhead"]
     ca = {r["op"]: r["count"] for r in over if r["policy"] == "cache_aware"}
     assert ca["kv_state_update"] > 0 and ca["scheduling_decision"] > 0
 
 
 def test_control_plane_time_is_included_in_the_end_to_end_time(
-    scbench_demo: tables.SuiteReport,
+    scbench_demo: SuiteResult,
 ) -> None:
     """Each arm's end-to-end makespan includes the control-plane time its operations measured
     (the overhead table's per-op totals), and the suite prints that column."""
-    over = scbench_demo.tables["overhead"]
-    for row in scbench_demo.tables["arms"]:
+    over = scbench_demo.tables()["overhead"]
+    for row in scbench_demo.tables()["arms"]:
         measured_ms = sum(r["total_ms"] for r in over if r["policy"] == row["policy"])
         assert row["control_plane_ms"] == pytest.approx(measured_ms)
         assert row["makespan_incl_cp_s"] == pytest.approx(row["makespan_s"] + measured_ms / 1e3)
         if row["policy"] != "fcfs":
             assert row["makespan_incl_cp_s"] > row["makespan_s"]
-    assert "makespan_incl_cp_s" in scbench_demo.text
+    assert "makespan_incl_cp_s" in scbench_demo.markdown()
 
 
 def test_guard_bounds_the_wait_cache_aware_alone_does_not(
-    scbench_demo: tables.SuiteReport,
+    scbench_demo: SuiteResult,
 ) -> None:
-    by = {r["policy"]: r for r in scbench_demo.tables["arms"]}
+    by = {r["policy"]: r for r in scbench_demo.tables()["arms"]}
     # in the demo case Cache-Aware alone starves some turn past 40 s; Guard-40 cuts that wait
     assert by["cache_aware"]["max_queue_s"] > 40.0
     assert by["cache_aware+guard40"]["max_queue_s"] < by["cache_aware"]["max_queue_s"]
@@ -201,8 +211,12 @@ def test_mode_selection_sends_and_records_modes() -> None:
 
 
 def test_mooncake_demo_every_load_and_arm() -> None:
-    report = run_mooncake(scale="demo")
-    rows = report.tables["arms"]
+    suite = load_suite(SUITES / "hear_mooncake.yaml")
+    assert isinstance(suite, MooncakeSuite)
+    seen: list[str] = []
+    report = run_mooncake(suite, "demo", progress=lambda done, total, label: seen.append(label))
+    assert seen[:2] == ["50%/fcfs", "50%/cache_aware"] and len(seen) == 15  # (level, arm)
+    rows = report.tables["arms"].rows
     loads = sorted({r["load"] for r in rows})
     assert loads == ["100%", "50%", "75%"]
     for load in loads:
@@ -210,21 +224,24 @@ def test_mooncake_demo_every_load_and_arm() -> None:
         assert len(arms) == 5 and len({r["workload_sha256"] for r in arms}) == 1
     # nested load levels differ, so the hashes per load differ
     assert len({r["workload_sha256"] for r in rows}) == 3
-    ops = {(r["policy"], r["op"]) for r in report.tables["overhead"]}
+    ops = {(r["policy"], r["op"]) for r in report.tables["overhead"].rows}
     assert ("session_aware", "outcome_report") in ops
 
 
-def test_load_scale_rejects_unknown_scale(tmp_path: Path) -> None:
-    p = tmp_path / "s.yaml"
-    p.write_text("name: x\nscales: {demo: {}}\n")
-    with pytest.raises(ConfigError, match="no scale"):
-        tables.load_scale(p, "huge")
+def test_a_hear_suite_refuses_an_unknown_scale() -> None:
+    with pytest.raises(ConfigError, match="suite hear-mooncake: unknown scale 'huge'"):
+        load_suite(SUITES / "hear_mooncake.yaml").scaled("huge")  # type: ignore[union-attr]
 
 
 def test_role_modes_mapping_frozen_and_evaluated(tmp_path: Path) -> None:
     from maserve_prefect.bench.hear.role_modes import run_role_modes
 
-    report = run_role_modes(scale="demo", out_dir=tmp_path)
+    suite = load_suite(SUITES / "hear_role_modes.yaml")
+    assert isinstance(suite, RoleModesSuite)
+    seen: list[tuple[int, int, str]] = []
+    report = run_role_modes(suite, "demo", tmp_path, lambda *step: seen.append(step))
+    # 3 + 3 candidate modes x 2 development sets, then the two evaluation arms
+    assert [t for _, t, _ in seen] == [14] * 14 and seen[-1] == (14, 14, "eval/rm-v1")
     files = list(tmp_path.glob("role_modes_*.json"))
     assert len(files) == 1
     frozen = ModeMap.load(files[0])
@@ -232,7 +249,9 @@ def test_role_modes_mapping_frozen_and_evaluated(tmp_path: Path) -> None:
     files[0].write_text(files[0].read_text().replace("sparse_attention", "kv_budget"))
     with pytest.raises(ConfigError, match="hash"):
         ModeMap.load(files[0])
-    ev = report.tables["evaluation"]
+    ev = report.tables["evaluation"].rows
     assert [r["mapping"] for r in ev] == ["all-dense", frozen.version]
     assert len({r["workload_sha256"] for r in ev}) == 1
-    assert {m["role"]: m["requested"] for m in report.tables["modes"]}["main"] == "sparse_attention"
+    modes = report.tables["modes"].rows
+    assert {m["role"]: m["requested"] for m in modes}["main"] == "sparse_attention"
+    assert report.files == files

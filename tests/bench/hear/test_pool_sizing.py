@@ -11,6 +11,7 @@ from maserve_prefect.bench.hear.adapters import merged_residency
 from maserve_prefect.bench.hear.arms import parse_arm, run_arm
 from maserve_prefect.bench.hear.mooncake_suite import mooncake_pool_size
 from maserve_prefect.bench.hear.pool_sizing import SizingRule, size_pool
+from maserve_prefect.bench.hear.suite_file import HearPool
 from maserve_prefect.bench.hear.tables import arm_row
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.catalog import get_gpu, get_model
@@ -70,17 +71,17 @@ def test_size_pool_says_when_no_size_meets_it() -> None:
 
 def test_mooncake_pool_size_pinned_or_by_rule() -> None:
     sset = burst()
-    pinned = {"pool": {**POOL, "num_devices": 3}, "max_in_flight": 1}
-    assert mooncake_pool_size(pinned, {1.0: sset}) == (3, "pinned by pool.num_devices", [])
-    ruled = {"pool": {**POOL, "sizing": {"load": 1.0, "ttft_quantile": 90, "ttft_slo_s": 1e9}},
-             "max_in_flight": 1}  # fmt: skip
-    n, how, steps = mooncake_pool_size(ruled, {1.0: sset})
+    pinned = HearPool.model_validate({**POOL, "num_devices": 3})
+    assert mooncake_pool_size(pinned, 1, {1.0: sset}) == (3, "pinned by pool.num_devices", [])
+    rule = {"load": 1.0, "ttft_quantile": 90, "ttft_slo_s": 1e9}
+    ruled = HearPool.model_validate({**POOL, "sizing": rule})
+    n, how, steps = mooncake_pool_size(ruled, 1, {1.0: sset})
     assert n == 1 and "p90 TTFT <= 1e+09 s at 100% load" in how and len(steps) == 1
-    ruled["pool"]["sizing"]["load"] = 0.5
+    half = HearPool.model_validate({**POOL, "sizing": rule | {"load": 0.5}})
     with pytest.raises(ConfigError, match="not a workload fraction"):
-        mooncake_pool_size(ruled, {1.0: sset})
+        mooncake_pool_size(half, 1, {1.0: sset})
     with pytest.raises(ConfigError, match="sizing"):
-        mooncake_pool_size({"pool": dict(POOL)}, {1.0: sset})
+        mooncake_pool_size(HearPool.model_validate(POOL), 1, {1.0: sset})
 
 
 def test_host_tier_reuse_is_counted_and_charged() -> None:

@@ -1,0 +1,70 @@
+"""What a pool suite run recorded: per (arrival pattern, arm, run) numbers, bounds, workload.
+
+One idea: the run (`bench.pool.suite`) only records plain numbers here; every table is a pure
+function of them (`bench.pool.tables`), so the tables are deterministic for a suite file and
+scale, and the record carries no reference back to the code that reads it.
+
+Examples:
+    >>> ArmRun("burst", "joint", 0, {"makespan_s": 3.0}, {"r0": 2.0}, 0).summary["makespan_s"]
+    3.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from maserve_prefect.bench.pool.suite_file import PoolSuite
+from maserve_prefect.pool.results import PoolRunResult
+
+Row = dict[str, Any]
+
+
+@dataclass(slots=True)
+class ArmRun:
+    """The numbers one arm run produced (what the tables need, not the whole result)."""
+
+    pattern: str
+    arm: str
+    run: int
+    summary: dict[str, float]
+    latency_s: dict[str, float]
+    num_reacquiring_ops: int
+
+    @classmethod
+    def of(cls, pattern: str, arm: str, run: int, res: PoolRunResult) -> ArmRun:
+        return cls(
+            pattern,
+            arm,
+            run,
+            res.summary(),
+            dict(res.root_latency_s),
+            sum(o.reacquire_s > 0 for o in res.ops),
+        )
+
+
+@dataclass(slots=True)
+class PoolSuiteResult:
+    """A suite run: per-run numbers, lower bounds, workload facts, predictor scores."""
+
+    suite: PoolSuite
+    scale: str
+    runs: list[ArmRun] = field(default_factory=list)
+    lower_bounds: dict[tuple[str, int], float] = field(default_factory=dict)
+    paths: dict[int, dict[str, str]] = field(default_factory=dict)  # run -> root -> path
+    workload: list[Row] = field(default_factory=list)
+    predictors: list[Row] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON fields beside the tables: the scale, the goals, every run's numbers, the
+        lower bounds and the wall seconds of each phase."""
+        return {
+            "scale_config": self.suite.scale(self.scale).model_dump(mode="json"),
+            "goals": self.suite.goals.model_dump(),
+            "per_run": [
+                {"pattern": r.pattern, "arm": r.arm, "run": r.run, **r.summary} for r in self.runs
+            ],
+            "lower_bound_s": {f"{p}/run{r}": v for (p, r), v in self.lower_bounds.items()},
+            "wall_seconds": self.seconds,
+        }

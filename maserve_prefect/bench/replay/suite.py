@@ -1,0 +1,157 @@
+"""Running a replay suite: every arm of every scenario, its audit, its metric tables, findings.
+
+One idea: a replay suite run is a thin loop over `replay.arms.run_scenario` — each arm is
+already its own `maserve-replay-arm` flow run (nested under the suite's `maserve-suite` flow run
+when there is one; see `bench.flow`) — that adds what a benchmark needs around it: progress after
+each arm run, the conformance audit and the task- and engine-level metric tables of every arm
+run (`replay.report.report_scenario`, the same tables `maserve replay` prints) and the optional
+findings analysis. `ReplaySuiteResult.report()` lays them out as every suite kind does
+(`bench.report.Report`).
+
+The native trace given to the audit's replay/native ratio is the scenario's trace set itself
+when its manifest says it was recorded natively (the usual case: native cohorts or bundles of
+native runs; see `report_scenario`).
+
+Examples:
+    >>> total_arm_runs([])
+    0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from maserve_prefect.bench.replay.suite_file import ReplaySuite
+from maserve_prefect.bench.report import ProgressFn, Report, Row, Table
+from maserve_prefect.replay.arms import ArmResult, ScenarioResult, run_scenario
+from maserve_prefect.replay.conformance import ConformanceReport
+from maserve_prefect.replay.report import report_scenario
+from maserve_prefect.replay.scenario import Scenario
+
+
+@dataclass(slots=True)
+class ReplaySuiteResult:
+    """A replay suite run: every scenario's result, the audits, and the findings rows.
+
+    Attributes:
+        suite: the parsed suite; `scale`: the scale it ran at.
+        results: scenario name → its `ScenarioResult`, in suite order.
+        conformance: scenario name → one `ConformanceReport` per arm run (result order).
+        metrics: scenario name → its metric tables (`replay.report.metric_tables`).
+        findings: rows of the suite's `analysis` function (empty without one).
+    """
+
+    suite: ReplaySuite
+    scale: str
+    results: dict[str, ScenarioResult] = field(default_factory=dict)
+    conformance: dict[str, list[ConformanceReport]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, list[Row]]] = field(default_factory=dict)
+    findings: list[Row] = field(default_factory=list)
+
+    def arm_rows(self) -> list[Row]:
+        """One row per scenario, arm and block: root-latency percentiles, attainment, early."""
+        rows = []
+        for name, res in self.results.items():
+            for results in res.by_arm().values():
+                for r in results:
+                    rows.append({"scenario": name} | asdict(r.summary))
+        return rows
+
+    def conformance_rows(self) -> list[Row]:
+        """One row per scenario and arm run: the audit (see `ConformanceReport.row`)."""
+        rows = []
+        for name, reports in self.conformance.items():
+            res = self.results[name]
+            for r, rep in zip(res.results, reports, strict=True):
+                rows.append({"scenario": name, "block": r.summary.block} | rep.row())
+        return rows
+
+    def metric_rows(self) -> dict[str, list[Row]]:
+        """Metric table name → rows of every scenario, each row led by its scenario."""
+        out: dict[str, list[Row]] = {}
+        for name, tables in self.metrics.items():
+            for table, rows in tables.items():
+                out.setdefault(table, []).extend({"scenario": name} | r for r in rows)
+        return out
+
+    def tables(self) -> dict[str, list[Row]]:
+        """Report name → rows: arms, conformance, the metric tables (completion path, stage
+        time, attempts, slo, goodput and, on the simulator, engine, replicas, co-batching,
+        preemptions), and findings when the suite has an analysis."""
+        out = {"arms": self.arm_rows(), "conformance": self.conformance_rows()}
+        out |= self.metric_rows()
+        if self.findings:
+            out["findings"] = self.findings
+        return out
+
+    @property
+    def passed(self) -> bool:
+        """True when every arm run passed its conformance audit."""
+        return all(rep.passed for reps in self.conformance.values() for rep in reps)
+
+    @property
+    def work_ok(self) -> bool:
+        """True when every arm run passed the audit's work checks (`ConformanceReport.work_ok`:
+        all that `passed` asks except the wall-clock lateness goal)."""
+        return all(rep.work_ok for reps in self.conformance.values() for rep in reps)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON fields beside the tables: deadlines per scenario and the audit verdicts."""
+        return {
+            "deadlines_s": {n: r.deadlines_s for n, r in self.results.items()},
+            "passed": self.passed,
+            "work_ok": self.work_ok,
+        }
+
+    def report(self) -> Report:
+        """The tables as every suite kind shows them; the metric tables are detail."""
+        metric = set(self.metric_rows())
+        tables = {name: Table(rows, detail=name in metric) for name, rows in self.tables().items()}
+        return Report(tables, self.summary(), passed=self.passed)
+
+
+def total_arm_runs(scenarios: Sequence[Scenario]) -> int:
+    """Arm runs a suite makes: blocks × arms, summed over its scenarios."""
+    return sum(s.blocks * len(s.arms) for s in scenarios)
+
+
+def run_replay_suite(
+    suite: ReplaySuite,
+    scale: str = "demo",
+    *,
+    prefect: bool = True,
+    progress: ProgressFn | None = None,
+) -> ReplaySuiteResult:
+    """Run every scenario of a replay suite in the current context (no flow of its own).
+
+    Args:
+        suite: the parsed suite.
+        scale: `demo` or `full`.
+        prefect: run each arm as a `maserve-replay-arm` flow run (False: bare).
+        progress: called after each arm run, labelled `scenario/arm/b<block>`.
+
+    Raises:
+        ConfigError: a bad scale, scenario or analysis.
+    """
+    suite.check_scale(scale)
+    scenarios = suite.load_scenarios(scale)
+    analysis = suite.analysis_fn()  # fail on a bad analysis path before any work
+    total, done = total_arm_runs(scenarios), 0
+    out = ReplaySuiteResult(suite, scale)
+    for sc in scenarios:
+
+        def on_arm(r: ArmResult, sc: Scenario = sc) -> None:
+            nonlocal done
+            done += 1
+            if progress is not None:
+                progress(done, total, f"{sc.name}/{r.summary.arm}/b{r.summary.block}")
+
+        rep = report_scenario(run_scenario(sc, prefect=prefect, on_arm=on_arm))
+        out.results[sc.name] = rep.result
+        out.conformance[sc.name] = rep.conformance
+        out.metrics[sc.name] = rep.metric_tables
+    if analysis is not None:
+        out.findings = list(analysis(out.results))
+    return out
