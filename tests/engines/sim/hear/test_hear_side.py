@@ -3,9 +3,7 @@ state reports, request-scoped controls, intents, and fast-forward agreeing with 
 
 from __future__ import annotations
 
-import doctest
 import functools
-import importlib
 import random
 
 import pytest
@@ -234,21 +232,6 @@ def test_typed_intents_are_logged_and_change_nothing() -> None:
         return log
 
     assert run(True) == run(False)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "maserve_prefect.engines.sim.kv.host_tier",
-        "maserve_prefect.engines.sim.kv.retention",
-        "maserve_prefect.engines.sim.step.modes",
-        "maserve_prefect.engines.sim.hear.side",
-        "maserve_prefect.engines.sim.replica",
-    ],
-)
-def test_doctests(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name))
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_a_control_inside_a_fast_forwarded_run_sees_what_stepping_sees() -> None:
