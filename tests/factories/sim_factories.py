@@ -15,9 +15,12 @@ import pytest
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
+from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
+from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
+from maserve_prefect.protocol.outcomes import Ticket
 from maserve_prefect.protocol.requests import Request
 
 
@@ -45,20 +48,71 @@ def make_replica(
     kernel: Kernel | None = None,
     log: list[LogEntry] | None = None,
     check: bool = True,
+    host_tier: HostTierConfig | None = None,
     **config: object,
 ) -> tuple[Kernel, SimReplica]:
-    """A kernel and one replica with small explicit KV capacity (block_size 16 unless given)."""
+    """A kernel and one replica "r0" with small explicit KV capacity (block_size 16 unless
+    given), checking its invariants after every step unless `check=False`."""
     k = kernel if kernel is not None else Kernel()
     cfg = SchedulerConfig(**config)  # type: ignore[arg-type]
     rep = SimReplica(
-        k, cost or LinearCost(), num_blocks, cfg, name="r0", log=log, check_invariants=check
+        k,
+        cost or LinearCost(),
+        num_blocks,
+        cfg,
+        name="r0",
+        log=log,
+        check_invariants=check,
+        host_tier=host_tier,
     )
     return k, rep
+
+
+def loaded_sim_pool(
+    num_devices: int = 1, model: str = "Qwen3-0.6B", deployment: str = "q", gpu: str = "H100"
+) -> SimPool:
+    """A pool of `num_devices` GPUs, each with a loaded replica of `deployment` (`model`), on a
+    kernel run until the loads are done (`pool.clock`)."""
+    k = Kernel()
+    pool = SimPool(k, [f"{gpu}:{i}" for i in range(num_devices)])
+    for device in pool.devices():
+        pool.load(Deployment(deployment, model), device)
+    k.run()
+    return pool
+
+
+def host_tier(num_blocks: int | None, block_load_s: float) -> HostTierConfig | None:
+    """A host KV tier of `num_blocks` 1000-byte blocks that loads one block in `block_load_s`
+    (None for no host tier)."""
+    return None if num_blocks is None else HostTierConfig(num_blocks, 1000, 1000 / block_load_s)
 
 
 def req(rid: str, prompt: int, out: int, **kw: object) -> Request:
     """A length-only request."""
     return Request(rid, "", num_prompt_tokens=prompt, max_tokens=out, **kw)  # type: ignore[arg-type]
+
+
+def prefixed(
+    rid: str, first: int, num_blocks: int, out: int = 1, extra: int = 0, block_size: int = 16
+) -> Request:
+    """A request whose prompt is `num_blocks` full blocks with prefix hash ids first, first+1,
+    ... (plus `extra` unhashed tokens)."""
+    return Request(
+        rid,
+        "",
+        num_prompt_tokens=block_size * num_blocks + extra,
+        max_tokens=out,
+        prefix_block_hashes=tuple(range(first, first + num_blocks)),
+        prefix_block_size=block_size,
+    )
+
+
+def finish(k: Kernel, rep: SimReplica, request: Request, controls: tuple = ()) -> Ticket:
+    """Submit `request` (it must be accepted) and run the kernel until it is idle."""
+    t = rep.submit(request, controls)
+    assert t.accepted, t.reason
+    k.run()
+    return t
 
 
 def submit_at(k: Kernel, rep: SimReplica, t: float, request: Request) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from dispatch_factories import make_plain_snapshot
 from hypothesis import given, settings
 from pool_factories import (
     POOL_PLANS,
@@ -18,7 +19,7 @@ from pool_factories import (
     pool_scenarios,
 )
 
-from maserve_prefect.dispatch.plans import Decisions, Snapshot, get_plan
+from maserve_prefect.dispatch.plans import Decisions, get_plan
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.snapshot import PlanOptions, PoolSnapshot
 from maserve_prefect.pool.state import ActiveRequest, Lease, ReplicaInfo, ReplicaPhase
@@ -29,7 +30,7 @@ JOINT = get_plan("joint")
 
 def test_joint_is_registered_and_refuses_a_plain_snapshot() -> None:
     with pytest.raises(ConfigError, match="PoolSnapshot"):
-        JOINT.plan(Snapshot(0.0, (), (), ()))
+        JOINT.plan(make_plain_snapshot((), ()))
 
 
 def test_reuses_a_resident_replica_before_loading_on_a_faster_free_device() -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 
 import pytest
+from dispatch_factories import make_unit
 from pool_factories import THREE_FORK_JOINS
 
 from maserve_prefect.clock.kernel import Kernel
@@ -138,7 +139,9 @@ def test_a_near_ready_unit_is_prefetched_before_it_is_ready() -> None:
 
 
 def _unit(uid: str, model: str, n_in: int, n_out: int, t: float) -> Unit:
-    return Unit(uid, uid.split("/")[0], model, n_in, n_out, ready_s=t)
+    root = uid.split("/")[0]
+    return make_unit(uid, root=root, deployment=model, num_prompt_tokens=n_in, max_tokens=n_out,
+                     ready_s=t)  # fmt: skip
 
 
 def test_events_of_one_instant_share_one_plan() -> None:
