@@ -1,4 +1,5 @@
-"""Factories for simulator tests: a tiny hand-computable step-cost model and replica builders.
+"""Factories for simulator tests: a tiny hand-computable step-cost model, replica, pool and
+scheduler builders, and requests.
 
 `LinearCost`: a step costs `per_token_s * M + per_context_s * Σ(new_i * ctx_i) + overhead_s`
 (M = scheduled tokens). On an all-decode step of n sequences this is
@@ -8,7 +9,7 @@ Defaults (1 ms per token, 10 ms overhead, no context term) make times easy to co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -16,11 +17,13 @@ import pytest
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
+from maserve_prefect.engines.sim.kv.manager import KVCacheManager
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.loop import LogEntry
-from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
-from maserve_prefect.protocol.outcomes import Ticket
+from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.step.scheduler import Scheduler, SchedulerConfig
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
 
 
@@ -85,6 +88,33 @@ def host_tier(num_blocks: int | None, block_load_s: float) -> HostTierConfig | N
     """A host KV tier of `num_blocks` 1000-byte blocks that loads one block in `block_load_s`
     (None for no host tier)."""
     return None if num_blocks is None else HostTierConfig(num_blocks, 1000, 1000 / block_load_s)
+
+
+def make_scheduler(num_blocks: int = 64, **config: object) -> Scheduler:
+    """A bare scheduler over a KV cache of `num_blocks` blocks (config as `SchedulerConfig`)."""
+    cfg = SchedulerConfig(**config)  # type: ignore[arg-type]
+    return Scheduler(cfg, KVCacheManager(num_blocks, cfg.block_size, cfg.enable_prefix_caching))
+
+
+def make_sim_request(
+    rid: str,
+    prompt: int = 0,
+    out: int = 1,
+    *,
+    seq: int,
+    block_size: int = 16,
+    arrival_s: float = 0.0,
+    priority: int = 0,
+    token_ids: Iterable[int] | None = None,
+) -> SimRequest:
+    """A request as the scheduler holds it: `prompt` tokens (or the given token ids, which
+    prefix caching can match), `out` outputs, admission sequence `seq`."""
+    if token_ids is not None:
+        request = Request(rid, "", prompt_token_ids=tuple(token_ids), max_tokens=out)
+    else:
+        request = Request(rid, "", num_prompt_tokens=prompt, max_tokens=out)
+    ticket = Ticket(rid, Acceptance.ACCEPTED)
+    return SimRequest(request, seq, arrival_s, priority, block_size, ticket)
 
 
 def req(rid: str, prompt: int, out: int, **kw: object) -> Request:

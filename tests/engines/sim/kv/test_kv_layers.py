@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import itertools
 
+from sim_factories import make_sim_request
+
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
 from maserve_prefect.engines.sim.kv.retention import HARD
 from maserve_prefect.engines.sim.step.request import SimRequest
-from maserve_prefect.protocol.outcomes import Acceptance, Ticket
-from maserve_prefect.protocol.requests import Request
 
 BLOCK = 4
 _seq = itertools.count()
 
 
 def ids(rid: str, tokens: range) -> SimRequest:
-    request = Request(rid, "", prompt_token_ids=tuple(tokens))
-    ticket = Ticket(rid, Acceptance.ACCEPTED)
-    return SimRequest(request, next(_seq), 0.0, 0, BLOCK, ticket)
+    return make_sim_request(rid, token_ids=tokens, seq=next(_seq), block_size=BLOCK)
 
 
 def test_manager_tables_pool_queue_and_prefix_cache_agree_on_one_request() -> None:
