@@ -2,18 +2,25 @@
 
 Every `ReplicaView`, `Snapshot` and `Unit` a dispatch test builds by hand comes from here, so a
 change of their fields is adapted in one place. Replicas for the dispatcher are simulated ones
-with the roofline step model of a small model on an A100 (1000 KV blocks), serving "small".
+with the roofline step model of a small model on an A100 (1000 KV blocks), serving "small";
+`CountingReplica` records what the dispatcher hands a replica (and can reject), `stopped` makes
+a replica report itself dead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.plans import ReplicaView, Snapshot, Unit
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.replica import SimReplica
+from maserve_prefect.protocol.capabilities import Capabilities
+from maserve_prefect.protocol.controls import Control
+from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.protocol.state import EngineState
 
 DEPLOYMENT = "small"
 
@@ -90,3 +97,35 @@ def make_sim_replicas(
     """Simulated replicas of `deployment` on `kernel`, in the order named."""
     step = make_step_model("Qwen3-0.6B", "A100-40GB")
     return [SimReplica(kernel, step, 1000, name=n, deployment=deployment) for n in names]
+
+
+def stopped(replica: SimReplica) -> SimReplica:
+    """`replica`, reporting itself stopped (a dead server): nothing will be served there."""
+    replica.lifecycle_label = "stopped"
+    return replica
+
+
+class CountingReplica:
+    """A replica that records the id of every request it is handed, and rejects those in
+    `reject` (answering at once, as an engine that refuses does)."""
+
+    def __init__(self, inner: SimReplica, reject: Iterable[str] = ()) -> None:
+        self.inner = inner
+        self.reject = frozenset(reject)
+        self.submitted: list[str] = []
+        self.name, self.deployment = inner.name, inner.deployment
+
+    def state(self) -> EngineState:
+        return self.inner.state()
+
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities()
+
+    def submit(self, request: Request, controls: Sequence[Control] = ()) -> Ticket:
+        self.submitted.append(request.request_id)
+        if request.request_id in self.reject:
+            return Ticket(request.request_id, Acceptance.REJECTED, "the test rejects it")
+        return self.inner.submit(request, controls)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
