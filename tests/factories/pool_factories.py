@@ -3,8 +3,8 @@
 One catalog for every pool test: five Qwen3 deployments (2 GiB of KV each) that fit an A100-40GB
 and a V100-32GB, replicas with their deployment's real footprint on the device, and
 `PoolSnapshot`s whose window comes from `build_window` with each unit's best predicted runtime.
-`fork_join` builds whole workflows for pool runs; `pool_scenarios()` draws random but memory-consistent pool snapshots (with a plan name) for
-property tests of the pool plans.
+`fork_join` builds whole workflows for pool runs; `pool_scenarios()` draws random but
+memory-consistent pool snapshots (with a plan name) for property tests of the pool plans.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ per-device batch defaults and config validation.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import event, given, settings
@@ -67,8 +67,8 @@ def run_steps(
     raise AssertionError(f"not done after {max_steps} steps")
 
 
-def sreq(rid: str, prompt: int = 0, out: int = 1, *, seq: int, **kw: object) -> SimRequest:
-    return make_sim_request(rid, prompt, out, seq=seq, block_size=BS, **kw)  # type: ignore[arg-type]
+def sreq(rid: str, prompt: int = 0, out: int = 1, *, seq: int, **kw: Any) -> SimRequest:
+    return make_sim_request(rid, prompt, out, seq=seq, block_size=BS, **kw)
 
 
 @pytest.mark.parametrize(
