@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 VLLM_LOCK := requirements-vllm.lock
 
-.PHONY: demo test test-unit vllm-env lint typecheck clean venv
+.PHONY: demo test test-unit test-fast vllm-env lint typecheck clean venv
 
 venv: $(STAMP)
 
@@ -32,6 +32,10 @@ test: $(STAMP)
 # Everything but the tests that need the real vLLM server (they skip without MASERVE_VLLM_PYTHON).
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not integration"
+
+# The edit-test loop: no Prefect server, no real engine.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not prefect and not integration"
 
 vllm-env: $(STAMP)
 	$(BIN)/python -m maserve_prefect.engines.vllm.venv --lock $(VLLM_LOCK)

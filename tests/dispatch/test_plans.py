@@ -6,28 +6,27 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from dispatch_factories import (
+    make_plain_snapshot,
+    make_ready_units,
+    make_request,
+    make_sim_replicas,
+    make_unit,
+    make_view,
+)
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.fcfs import FcfsPlan
-from maserve_prefect.dispatch.plans import get_plan, plan_names, register_plan
-from maserve_prefect.dispatch.snapshot import ReplicaView, Snapshot, Unit
-from maserve_prefect.engines.sim.cost.step_time import make_step_model
-from maserve_prefect.engines.sim.replica import SimReplica
+from maserve_prefect.dispatch.plans import (
+    FcfsPlan,
+    Snapshot,
+    get_plan,
+    plan_names,
+    register_plan,
+)
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.outcomes import Outcome
-from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.state import Lifecycle
-
-
-def view(
-    name: str, outstanding: int, *, deployment: str = "m", lifecycle: Lifecycle = Lifecycle.READY
-) -> ReplicaView:
-    return ReplicaView(name, deployment, lifecycle, outstanding)
-
-
-def ready_units(*ids: str, deployment: str = "m") -> tuple[Unit, ...]:
-    return tuple(Unit(u, "r", deployment, 10, 1, ready_s=float(i)) for i, u in enumerate(ids))
 
 
 def placements(snap: Snapshot) -> list[tuple[str, str]]:
@@ -35,35 +34,34 @@ def placements(snap: Snapshot) -> list[tuple[str, str]]:
 
 
 def test_fcfs_places_on_the_least_loaded_replica_counting_its_own_assignments() -> None:
-    replicas = (view("x", 2), view("y", 0), view("z", 1))
-    snap = Snapshot(0.0, ready_units("a", "b", "c", "d"), (), replicas)
+    replicas = (make_view("x", 2), make_view("y", 0), make_view("z", 1))
+    snap = make_plain_snapshot(make_ready_units("a", "b", "c", "d"), replicas)
     # y is least loaded; then y and z tie at 1 (name order); then z; then all tie at 2.
     assert placements(snap) == [("a", "y"), ("b", "y"), ("c", "z"), ("d", "x")]
 
 
 def test_fcfs_ties_break_by_name_whatever_the_replica_order() -> None:
-    replicas = [view("r2", 0), view("r0", 0), view("r1", 0)]
+    replicas = [make_view("r2", 0), make_view("r0", 0), make_view("r1", 0)]
     expected = [("a", "r0"), ("b", "r1"), ("c", "r2"), ("d", "r0")]
     for order in itertools.permutations(replicas):
-        snap = Snapshot(0.0, ready_units("a", "b", "c", "d"), (), tuple(order))
+        snap = make_plain_snapshot(make_ready_units("a", "b", "c", "d"), order)
         assert placements(snap) == expected
 
 
 def test_fcfs_skips_replicas_not_accepting_or_of_another_deployment() -> None:
     replicas = (
-        view("a-idle", 5),
-        view("b-loading", 0, lifecycle=Lifecycle.LOADING),
-        view("c-other", 0, deployment="other"),
+        make_view("a-idle", 5),
+        make_view("b-loading", 0, lifecycle=Lifecycle.LOADING),
+        make_view("c-other", 0, deployment="other"),
     )
-    units = ready_units("u1") + ready_units("u2", deployment="nobody")
+    units = make_ready_units("u1") + make_ready_units("u2", deployment="nobody")
     # u2's deployment has no replica: it is left ready for a later event, not misplaced.
-    assert placements(Snapshot(0.0, units, (), replicas)) == [("u1", "a-idle")]
+    assert placements(make_plain_snapshot(units, replicas)) == [("u1", "a-idle")]
 
 
 def test_dispatcher_sends_each_ready_unit_to_the_least_loaded_replica() -> None:
     k = Kernel()
-    step = make_step_model("Qwen3-0.6B", "A100-40GB")
-    reps = [SimReplica(k, step, 1000, name=f"r{i}", deployment="small") for i in (2, 0, 1)]
+    reps = make_sim_replicas(k, ["r2", "r0", "r1"])
     d = Dispatcher(lambda: reps, k.now)
     placed: dict[str, str] = {}
     done: list[Outcome] = []
@@ -72,9 +70,9 @@ def test_dispatcher_sends_each_ready_unit_to_the_least_loaded_replica() -> None:
         def submitted(_t: float, replica: str) -> None:
             placed[uid] = replica
 
-        req = Request(uid, "small", num_prompt_tokens=16, max_tokens=max_tokens)
-        d.on_ready(Unit(uid, "root", "small", 16, max_tokens), req, on_done=done.append,
-                   on_submitted=submitted)  # fmt: skip
+        unit = make_unit(uid, root="root", deployment="small", num_prompt_tokens=16,
+                         max_tokens=max_tokens)  # fmt: skip
+        d.on_ready(unit, make_request(unit), on_done=done.append, on_submitted=submitted)
 
     for uid, n in (("long0", 200), ("short", 1), ("long1", 200)):
         ready(uid, n)

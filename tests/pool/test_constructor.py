@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pool_factories import COSTS, footprint, make_device, make_pool, make_replica
 
-from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.pool.constructor import (
     OptionKind,
     lifecycle_option,
@@ -16,52 +16,13 @@ from maserve_prefect.pool.fusion import WorkItem, coalesce, envelope, fusible_ch
 from maserve_prefect.pool.memory_ledger import MemoryLedger
 from maserve_prefect.pool.state import (
     ActiveRequest,
-    DeviceInfo,
     Lease,
     PlannedLoad,
-    PoolState,
-    ReplicaInfo,
-    RooflineCostModel,
-    deployment_info,
 )
 from maserve_prefect.pool.window import WorkUnit, units_by_id
 from maserve_prefect.protocol.state import Lifecycle
 
-GIB = 1 << 30
-COSTS = RooflineCostModel(2 * GIB)
-A100 = DeviceInfo("A100-40GB:0", "A100-40GB", 40960 << 20)
-INFOS = {
-    m: deployment_info(Deployment(m, m, kv_cache_bytes=2 * GIB), ["A100-40GB"])
-    for m in ("Qwen3-0.6B", "Qwen3-4B", "Qwen3-8B", "Qwen3-14B")
-}
-
-
-def footprint(model: str) -> int:
-    fit = INFOS[model].fit("A100-40GB")
-    assert fit is not None
-    return fit.footprint_bytes
-
-
-def rep(name: str, model: str, phase: Lifecycle = Lifecycle.READY, **kw: object):
-    fit = INFOS[model].fit("A100-40GB")
-    assert fit is not None
-    fields: dict[str, object] = dict(
-        name=name,
-        deployment=model,
-        device=A100.name,
-        lifecycle=phase,
-        ready_s=0.0,
-        held_bytes=fit.footprint_bytes,
-        footprint_bytes=fit.footprint_bytes,
-        kv_capacity_tokens=fit.kv_capacity_tokens,
-        max_num_seqs=fit.max_num_seqs,
-    )
-    fields.update(kw)
-    return ReplicaInfo(**fields)  # type: ignore[arg-type]
-
-
-def state(*replicas: ReplicaInfo, **kw: object) -> PoolState:
-    return PoolState(0.0, (A100,), tuple(INFOS.values()), replicas, **kw)  # type: ignore[arg-type]
+A100 = make_device("A100-40GB:0")
 
 
 # -- fusion ------------------------------------------------------------------------------------
@@ -149,8 +110,8 @@ def test_demand_from_two_roots_is_coalesced_per_deployment() -> None:
 
 
 def test_ledger_frees_an_unloading_replica_only_at_its_predicted_end() -> None:
-    leaving = rep("old", "Qwen3-14B", Lifecycle.UNLOADING, ready_s=1.0)
-    ledger = MemoryLedger(state(leaving))
+    leaving = make_replica("old", "Qwen3-14B", phase=Lifecycle.UNLOADING, ready_s=1.0)
+    ledger = MemoryLedger(make_pool(1, leaving))
     need = footprint("Qwen3-14B")
     assert not ledger.fits(A100.name, need, 0.0)
     assert not ledger.fits(A100.name, need, 1.0)  # a release at the same instant is not trusted
@@ -160,7 +121,7 @@ def test_ledger_frees_an_unloading_replica_only_at_its_predicted_end() -> None:
 
 def test_ledger_checks_every_later_transition() -> None:
     planned = PlannedLoad("Qwen3-14B", A100.name, 5.0, 50.0, footprint("Qwen3-14B"))
-    ledger = MemoryLedger(state(planned=(planned,)))
+    ledger = MemoryLedger(make_pool(1, planned=(planned,)))
     small = footprint("Qwen3-8B")
     # free now, but the planned load at t=5 leaves no room for it afterwards
     assert ledger.usage_at(A100.name, 0.0) == 0
@@ -173,13 +134,14 @@ def test_ledger_checks_every_later_transition() -> None:
 
 def test_victims_are_lease_free_redundant_first_then_no_estimate_lru_then_most_slack() -> None:
     busy = ActiveRequest("u", 10, 10, 0.0, 5.0)
-    s = state(
-        rep("copy-a", "Qwen3-0.6B", last_used_s=9.0),
-        rep("copy-b", "Qwen3-0.6B", last_used_s=8.0),
-        rep("soon", "Qwen3-4B", last_used_s=1.0),
-        rep("unused-new", "Qwen3-8B", last_used_s=7.0),
-        rep("busy", "Qwen3-14B", active=(busy,)),
-        rep("leased", "Qwen3-14B"),
+    s = make_pool(
+        1,
+        make_replica("copy-a", "Qwen3-0.6B", last_used_s=9.0),
+        make_replica("copy-b", "Qwen3-0.6B", last_used_s=8.0),
+        make_replica("soon", "Qwen3-4B", last_used_s=1.0),
+        make_replica("unused-new", "Qwen3-8B", last_used_s=7.0),
+        make_replica("busy", "Qwen3-14B", active=(busy,)),
+        make_replica("leased", "Qwen3-14B"),
         leases=(Lease("leased", "chain"),),
     )
     order = [r.name for r in victim_order(s, A100.name, {"Qwen3-4B": 2.0}, COSTS)]
@@ -187,7 +149,7 @@ def test_victims_are_lease_free_redundant_first_then_no_estimate_lru_then_most_s
 
 
 def test_options_load_into_free_memory_else_reclaim_named_victims() -> None:
-    s = state(rep("old", "Qwen3-8B", last_used_s=1.0))
+    s = make_pool(1, make_replica("old", "Qwen3-8B", last_used_s=1.0))
     ledger = MemoryLedger(s)
     opt = lifecycle_option(s, ledger, "Qwen3-4B", A100.name, COSTS, {})
     assert opt is not None and opt.kind is OptionKind.LOAD and opt.victims == ()
@@ -207,9 +169,9 @@ def test_options_load_into_free_memory_else_reclaim_named_victims() -> None:
 
 
 def test_no_option_when_only_leased_or_protected_replicas_hold_the_memory() -> None:
-    leased = state(rep("old", "Qwen3-8B"), leases=(Lease("old", "chain"),))
+    leased = make_pool(1, make_replica("old", "Qwen3-8B"), leases=(Lease("old", "chain"),))
     assert lifecycle_option(leased, MemoryLedger(leased), "Qwen3-14B", A100.name, COSTS, {}) is None
-    free = state(rep("old", "Qwen3-8B"))
+    free = make_pool(1, make_replica("old", "Qwen3-8B"))
     protected = lifecycle_option(
         free,
         MemoryLedger(free),
@@ -230,12 +192,13 @@ def test_no_option_when_only_leased_or_protected_replicas_hold_the_memory() -> N
 
 
 def test_a_prefetch_only_evicts_copies_and_replicas_needed_well_after_it() -> None:
-    s = state(
-        rep("copy", "Qwen3-0.6B"),
-        rep("copy2", "Qwen3-0.6B", phase=Lifecycle.LOADING, ready_s=5.0),
-        rep("unknown", "Qwen3-4B"),
-        rep("later", "Qwen3-8B"),
-        rep("soon", "Qwen3-14B"),
+    s = make_pool(
+        1,
+        make_replica("copy", "Qwen3-0.6B"),
+        make_replica("copy2", "Qwen3-0.6B", phase=Lifecycle.LOADING, ready_s=5.0),
+        make_replica("unknown", "Qwen3-4B"),
+        make_replica("later", "Qwen3-8B"),
+        make_replica("soon", "Qwen3-14B"),
     )
     later = 10.0 + COSTS.load_s("Qwen3-8B", "A100-40GB") + 1.0
     uses = {"Qwen3-8B": later, "Qwen3-14B": 20.0}

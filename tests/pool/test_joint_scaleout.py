@@ -3,20 +3,32 @@ replica's queue drain by more than the delay it puts on its victims' own work.""
 
 from __future__ import annotations
 
-from test_joint_plan import JOINT, RUN, P, R, best_runtime, pool, rep, snap, wu
+from pool_factories import (
+    RUN,
+    P,
+    R,
+    best_runtime,
+    make_pool,
+    make_pool_snapshot,
+    make_replica,
+    make_unit,
+)
 
+from maserve_prefect.dispatch.plans import get_plan
 from maserve_prefect.pool.state import ActiveRequest
 from maserve_prefect.protocol.state import Lifecycle
+
+JOINT = get_plan("joint")
 
 
 def test_no_second_copy_while_the_first_drains_this_rounds_queue_sooner() -> None:
     # one resident 14B runs two requests at a time; four 14B units are ready. Two go to it now;
     # the other two run there once those end (seconds), long before a second copy could load
     # (~46 s) on the free A100.
-    r14 = rep("r14", "Qwen3-14B", "V100-32GB:0", max_num_seqs=2)
-    state = pool(["V100-32GB:0", "A100-40GB:0"], r14, now=10.0)
-    units = [wu(f"r{i}/a", "Qwen3-14B", f"r{i}") for i in range(4)]
-    d = JOINT.plan(snap(state, units, {u.unit_id: R for u in units}))
+    r14 = make_replica("r14", "Qwen3-14B", "V100-32GB:0", max_num_seqs=2)
+    state = make_pool(["V100-32GB:0", "A100-40GB:0"], r14, now=10.0)
+    units = [make_unit(f"r{i}/a", "Qwen3-14B", f"r{i}") for i in range(4)]
+    d = JOINT.plan(make_pool_snapshot(state, units, {u.unit_id: R for u in units}))
     assert sorted(s.unit_id for s in d.submits) == ["r0/a", "r1/a"]
     assert all(s.replica == "r14" for s in d.submits)
     assert d.loads == () and d.unloads == ()
@@ -26,10 +38,10 @@ def test_a_second_copy_when_the_queue_drains_later_than_a_load() -> None:
     # the same, but the resident copy's two slots are busy for another 200 s: a copy on the free
     # A100 serves the waiting units sooner, so it is loaded.
     busy = tuple(ActiveRequest(f"z{i}", 200, 50, 0.0, 210.0) for i in range(2))
-    r14 = rep("r14", "Qwen3-14B", "V100-32GB:0", max_num_seqs=2, active=busy)
-    state = pool(["V100-32GB:0", "A100-40GB:0"], r14, now=10.0)
-    units = [wu(f"r{i}/a", "Qwen3-14B", f"r{i}") for i in range(2)]
-    d = JOINT.plan(snap(state, units, {u.unit_id: R for u in units}))
+    r14 = make_replica("r14", "Qwen3-14B", "V100-32GB:0", max_num_seqs=2, active=busy)
+    state = make_pool(["V100-32GB:0", "A100-40GB:0"], r14, now=10.0)
+    units = [make_unit(f"r{i}/a", "Qwen3-14B", f"r{i}") for i in range(2)]
+    d = JOINT.plan(make_pool_snapshot(state, units, {u.unit_id: R for u in units}))
     assert [(ld.deployment, ld.device) for ld in d.loads] == [("Qwen3-14B", "A100-40GB:0")]
 
 
@@ -39,23 +51,26 @@ def _reclaim_case(with_pending_14b: bool):
     # "p" running beside m8 releases the 14B unit "q" in about a second.
     now = 10.0
     a = ActiveRequest("a", 200, 50, now, now + 60.0)
-    p_rt = best_runtime(wu("p", "Qwen3-0.6B"))
+    p_rt = best_runtime(make_unit("p", "Qwen3-0.6B"))
     p_run = ActiveRequest("p", 200, 50, now, now + p_rt)
-    state = pool(
+    state = make_pool(
         ["V100-32GB:0", "A100-40GB:0"],
-        rep("m8", "Qwen3-8B", "V100-32GB:0", max_num_seqs=1, active=(a,)),
-        rep("m06", "Qwen3-0.6B", "V100-32GB:0", active=(p_run,)),
-        rep("m14", "Qwen3-14B", "A100-40GB:0", last_used_s=0.0),
+        make_replica("m8", "Qwen3-8B", "V100-32GB:0", max_num_seqs=1, active=(a,)),
+        make_replica("m06", "Qwen3-0.6B", "V100-32GB:0", active=(p_run,)),
+        make_replica("m14", "Qwen3-14B", "A100-40GB:0", last_used_s=0.0),
         now=now,
     )
-    units = [wu("a", "Qwen3-8B", "r1"), wu("b", "Qwen3-8B", "r2")]
+    units = [make_unit("a", "Qwen3-8B", "r1"), make_unit("b", "Qwen3-8B", "r2")]
     status = {"a": RUN, "b": R}
     started = {"a": now}
     if with_pending_14b:
-        units += [wu("p", "Qwen3-0.6B", "r3", succs=["q"]), wu("q", "Qwen3-14B", "r3", preds=["p"])]
+        units += [
+            make_unit("p", "Qwen3-0.6B", "r3", succs=["q"]),
+            make_unit("q", "Qwen3-14B", "r3", preds=["p"]),
+        ]
         status.update({"p": RUN, "q": P})
         started["p"] = now
-    return JOINT.plan(snap(state, units, status, started=started))
+    return JOINT.plan(make_pool_snapshot(state, units, status, started=started))
 
 
 def test_reclaim_is_refused_when_the_victims_own_work_would_wait_longer_than_it_gains() -> None:
@@ -79,19 +94,19 @@ def test_a_load_waits_for_an_unload_under_way_instead_of_reclaiming() -> None:
     # for the unload's end (an event, so a replan), which then loads the 4B on the A100.
     now = 20.0
     p_run = ActiveRequest("p", 200, 50, now, now + 1.0)
-    v14 = rep("v14", "Qwen3-14B", "V100-32GB:0", last_used_s=19.0)
-    a06 = rep("a06", "Qwen3-0.6B", "A100-40GB:0", active=(p_run,))
-    a14 = rep("a14", "Qwen3-14B", "A100-40GB:0", Lifecycle.UNLOADING, ready_s=now + 0.5)
+    v14 = make_replica("v14", "Qwen3-14B", "V100-32GB:0", last_used_s=19.0)
+    a06 = make_replica("a06", "Qwen3-0.6B", "A100-40GB:0", active=(p_run,))
+    a14 = make_replica("a14", "Qwen3-14B", "A100-40GB:0", Lifecycle.UNLOADING, ready_s=now + 0.5)
     units = [
-        wu("x", "Qwen3-4B", "r1"),
-        wu("p", "Qwen3-0.6B", "r2", succs=["q"]),
-        wu("q", "Qwen3-14B", "r2", preds=["p"]),
+        make_unit("x", "Qwen3-4B", "r1"),
+        make_unit("p", "Qwen3-0.6B", "r2", succs=["q"]),
+        make_unit("q", "Qwen3-14B", "r2", preds=["p"]),
     ]
     status = {"x": R, "p": RUN, "q": P}
-    state = pool(["V100-32GB:0", "A100-40GB:0"], v14, a06, a14, now=now)
-    d = JOINT.plan(snap(state, units, status, started={"p": now}))
+    state = make_pool(["V100-32GB:0", "A100-40GB:0"], v14, a06, a14, now=now)
+    d = JOINT.plan(make_pool_snapshot(state, units, status, started={"p": now}))
     assert d.unloads == () and d.loads == ()
-    later = pool(["V100-32GB:0", "A100-40GB:0"], v14, a06, now=now + 0.5)
-    d = JOINT.plan(snap(later, units, status, started={"p": now}))
+    later = make_pool(["V100-32GB:0", "A100-40GB:0"], v14, a06, now=now + 0.5)
+    d = JOINT.plan(make_pool_snapshot(later, units, status, started={"p": now}))
     assert d.unloads == ()
     assert [(ld.deployment, ld.device) for ld in d.loads] == [("Qwen3-4B", "A100-40GB:0")]

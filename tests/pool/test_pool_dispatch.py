@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import random
 
 import pytest
+from dispatch_factories import make_unit
+from pool_factories import THREE_FORK_JOINS
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
@@ -31,37 +32,7 @@ GIB = 1 << 30
 TWO = ["V100-32GB:0", "A100-40GB:0"]
 
 
-def fork_join(root: str, arrival: float, models: tuple[str, str, str], seed: int) -> Workflow:
-    """a -> b (same model, a fused chain) -> {c, d} -> e, with seeded sizes."""
-    rng = random.Random(seed)
-    m1, m2, m3 = models
-    shape = [
-        ("a", m1, (), ("b",)),
-        ("b", m1, ("a",), ("c", "d")),
-        ("c", m2, ("b",), ("e",)),
-        ("d", m3, ("b",), ("e",)),
-        ("e", m1, ("c", "d"), ()),
-    ]
-    units = tuple(
-        WorkUnit(
-            f"{root}/{n}",
-            root,
-            m,
-            rng.randint(100, 800),
-            rng.randint(20, 200),
-            tuple(f"{root}/{p}" for p in ps),
-            tuple(f"{root}/{s}" for s in ss),
-        )
-        for n, m, ps, ss in shape
-    )
-    return Workflow(root, arrival, units, "fork-join")
-
-
-THREE = [
-    fork_join("r0", 0.0, ("Qwen3-8B", "Qwen3-4B", "Qwen3-1.7B"), 1),
-    fork_join("r1", 5.0, ("Qwen3-8B", "Qwen3-0.6B", "Qwen3-4B"), 2),
-    fork_join("r2", 10.0, ("Qwen3-14B", "Qwen3-8B", "Qwen3-1.7B"), 3),
-]
+THREE = list(THREE_FORK_JOINS)
 
 
 def digest(res: PoolRunResult) -> str:
@@ -168,7 +139,9 @@ def test_a_near_ready_unit_is_prefetched_before_it_is_ready() -> None:
 
 
 def _unit(uid: str, model: str, n_in: int, n_out: int, t: float) -> Unit:
-    return Unit(uid, uid.split("/")[0], model, n_in, n_out, ready_s=t)
+    root = uid.split("/")[0]
+    return make_unit(uid, root=root, deployment=model, num_prompt_tokens=n_in, max_tokens=n_out,
+                     ready_s=t)  # fmt: skip
 
 
 def test_events_of_one_instant_share_one_plan() -> None:
@@ -239,15 +212,3 @@ def test_sim_pool_dispatcher_starts_cold_or_warm() -> None:
         sim_pool_dispatcher(pf, Kernel(), start="hot")
     with pytest.raises(ConfigError, match="no deployment"):
         sim_pool_dispatcher(pf, Kernel(), deployments=["nope"])
-
-
-def test_doctests_of_the_pool_dispatch_modules() -> None:
-    import doctest
-
-    from maserve_prefect.dispatch import dispatcher
-    from maserve_prefect.pool import control as pool_control
-    from maserve_prefect.pool import executor as pool_exec
-
-    for module in (dispatcher, pool_control, pool_exec):
-        result = doctest.testmod(module)
-        assert result.attempted > 0 and result.failed == 0, module.__name__

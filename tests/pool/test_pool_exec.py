@@ -6,6 +6,7 @@ import random
 from dataclasses import replace
 
 import pytest
+from pool_factories import POOL_PLANS, THREE_FORK_JOINS
 
 from maserve_prefect.dispatch.snapshot import Decisions, Snapshot, Unload
 from maserve_prefect.errors import ConfigError, SimulationError
@@ -18,41 +19,11 @@ from maserve_prefect.pool.state import RooflineCostModel
 from maserve_prefect.pool.window import WorkUnit
 
 GIB = 1 << 30
-PLANS = ("joint", "pool-fcfs", "parrot", "kairos")
+PLANS = POOL_PLANS
 TWO = ["V100-32GB:0", "A100-40GB:0"]
 
 
-def fork_join(root: str, arrival: float, models: tuple[str, str, str], seed: int) -> Workflow:
-    """a -> b (same model) -> {c, d} -> e."""
-    rng = random.Random(seed)
-    m1, m2, m3 = models
-    shape = [
-        ("a", m1, (), ("b",)),
-        ("b", m1, ("a",), ("c", "d")),
-        ("c", m2, ("b",), ("e",)),
-        ("d", m3, ("b",), ("e",)),
-        ("e", m1, ("c", "d"), ()),
-    ]
-    units = tuple(
-        WorkUnit(
-            f"{root}/{n}",
-            root,
-            m,
-            rng.randint(100, 800),
-            rng.randint(20, 200),
-            tuple(f"{root}/{p}" for p in ps),
-            tuple(f"{root}/{s}" for s in ss),
-        )
-        for n, m, ps, ss in shape
-    )
-    return Workflow(root, arrival, units, "fork-join")
-
-
-THREE = [
-    fork_join("r0", 0.0, ("Qwen3-8B", "Qwen3-4B", "Qwen3-1.7B"), 1),
-    fork_join("r1", 5.0, ("Qwen3-8B", "Qwen3-0.6B", "Qwen3-4B"), 2),
-    fork_join("r2", 10.0, ("Qwen3-14B", "Qwen3-8B", "Qwen3-1.7B"), 3),
-]
+THREE = list(THREE_FORK_JOINS)
 
 
 def check_complete(res: PoolRunResult, workflows: list[Workflow]) -> None:

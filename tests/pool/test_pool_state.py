@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pool_factories import make_pool, make_replica
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.pool.device import Deployment
@@ -10,10 +11,8 @@ from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.state import (
     ActiveRequest,
-    DeviceInfo,
     Lease,
     PoolState,
-    ReplicaInfo,
     RooflineCostModel,
     deployment_info,
 )
@@ -22,31 +21,6 @@ from maserve_prefect.protocol.state import Lifecycle
 
 GIB = 1 << 30
 GPUS = ("A100-40GB", "V100-32GB")
-
-
-def make_replica(name: str, phase: Lifecycle, **kw: object) -> ReplicaInfo:
-    info = deployment_info(Deployment("m", "Qwen3-0.6B", kv_cache_bytes=2 * GIB), GPUS)
-    fit = info.fit("A100-40GB")
-    assert fit is not None
-    fields: dict[str, object] = dict(
-        name=name,
-        deployment="m",
-        device="A100-40GB:0",
-        lifecycle=phase,
-        ready_s=0.0,
-        held_bytes=fit.footprint_bytes,
-        footprint_bytes=fit.footprint_bytes,
-        kv_capacity_tokens=fit.kv_capacity_tokens,
-        max_num_seqs=fit.max_num_seqs,
-    )
-    fields.update(kw)
-    return ReplicaInfo(**fields)  # type: ignore[arg-type]
-
-
-def make_state(*replicas: ReplicaInfo, leases: tuple[Lease, ...] = ()) -> PoolState:
-    info = deployment_info(Deployment("m", "Qwen3-0.6B", kv_cache_bytes=2 * GIB), GPUS)
-    dev = DeviceInfo("A100-40GB:0", "A100-40GB", 40960 << 20)
-    return PoolState(0.0, (dev,), (info,), replicas, leases)
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -98,13 +72,14 @@ def test_deployment_info_skips_devices_the_model_cannot_fit() -> None:
 
 def test_only_idle_lease_free_resident_or_sleeping_replicas_are_reclaimable() -> None:
     busy = ActiveRequest("u", 10, 10, 0.0, 1.0)
-    state = make_state(
-        make_replica("idle", Lifecycle.READY),
-        make_replica("asleep", Lifecycle.ASLEEP, held_bytes=GIB),
-        make_replica("busy", Lifecycle.READY, active=(busy,)),
-        make_replica("leased", Lifecycle.READY),
-        make_replica("loading", Lifecycle.LOADING, ready_s=30.0),
-        make_replica("leaving", Lifecycle.UNLOADING, ready_s=1.0),
+    state = make_pool(
+        1,
+        make_replica("idle", "Qwen3-0.6B", phase=Lifecycle.READY),
+        make_replica("asleep", "Qwen3-0.6B", phase=Lifecycle.ASLEEP, held_bytes=GIB),
+        make_replica("busy", "Qwen3-0.6B", phase=Lifecycle.READY, active=(busy,)),
+        make_replica("leased", "Qwen3-0.6B", phase=Lifecycle.READY),
+        make_replica("loading", "Qwen3-0.6B", phase=Lifecycle.LOADING, ready_s=30.0),
+        make_replica("leaving", "Qwen3-0.6B", phase=Lifecycle.UNLOADING, ready_s=1.0),
         leases=(Lease("leased", "chain-a", ("a", "b")),),
     )
     reclaimable = [r.name for r in state.replicas if state.reclaimable(r.name)]
@@ -114,17 +89,17 @@ def test_only_idle_lease_free_resident_or_sleeping_replicas_are_reclaimable() ->
 
 
 def test_used_bytes_sums_what_replicas_hold_now() -> None:
-    a = make_replica("a", Lifecycle.READY)
-    b = make_replica("b", Lifecycle.ASLEEP, held_bytes=GIB)
-    state = make_state(a, b)
+    a = make_replica("a", "Qwen3-0.6B", phase=Lifecycle.READY)
+    b = make_replica("b", "Qwen3-0.6B", phase=Lifecycle.ASLEEP, held_bytes=GIB)
+    state = make_pool(1, a, b)
     assert state.used_bytes("A100-40GB:0") == a.held_bytes + GIB
 
 
 def test_unknown_names_raise_config_errors() -> None:
-    state = make_state()
+    state = make_pool(1)
     with pytest.raises(ConfigError, match="no device"):
         state.device("H100:0")
     with pytest.raises(ConfigError, match="no deployment"):
         state.deployment("nope")
     with pytest.raises(ConfigError, match="unknown device"):
-        PoolState(0.0, (), (), (make_replica("x", Lifecycle.READY),))
+        PoolState(0.0, (), (), (make_replica("x", "Qwen3-0.6B", phase=Lifecycle.READY),))

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import doctest
-
 import networkx as nx
 import pytest
 
 from maserve_prefect.bench.pool.traces import record_traces
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.pool import workload as pool_workload
 from maserve_prefect.pool.workload import (
     POOL_MODELS,
     WORKFLOWS,
@@ -194,8 +191,3 @@ def test_arrivals_are_seeded_by_run() -> None:
     assert [wf.root_id for wf in p0] != sorted(r.root_id for r in roots)  # workflows mixed
     with pytest.raises(ConfigError, match="rate_per_s > 0"):
         ArrivalPattern("poisson")
-
-
-def test_docstring_examples_run() -> None:
-    result = doctest.testmod(pool_workload, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

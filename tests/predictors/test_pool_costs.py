@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 from pathlib import Path
 
 import pytest
@@ -110,8 +109,3 @@ def test_bucket_grid_covers_the_workload() -> None:
     assert b.batch == (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     ratios = [hi / lo for lo, hi in zip(b.input, b.input[1:], strict=False)]
     assert max(ratios) < 1.35  # 2 ** (1/3) ≈ 1.26, rounded up to whole tokens
-
-
-def test_docstring_examples_run() -> None:
-    result = doctest.testmod(pool_costs, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import doctest
 
 import pytest
 from replay_factories import make_trace
 from rich.console import Console
 
-from maserve_prefect.replay import conformance
 from maserve_prefect.replay.conformance import ConformanceReport, audit, render
 from maserve_prefect.replay.driver import ReplayRun, replay_trace
 from maserve_prefect.trace.model import Trace
@@ -106,11 +104,6 @@ def test_ratio_matches_roots_across_the_cohort_prefix() -> None:
     replay = run.trace.model_copy(update={"roots": prefixed_roots, "ops": prefixed_ops})
     rep = audit(dataclasses.replace(run, trace=replay, source=replay), native_trace=native)
     assert set(rep.root_ratio) == {"c/r0", "c/r1"}
-
-
-def test_doctests() -> None:
-    result = doctest.testmod(conformance, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_a_recorded_failure_the_replay_reproduces_is_not_a_replay_failure() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from replay_factories import make_trace
 
@@ -212,9 +210,3 @@ def test_length_locked_model_ops_keep_lengths_and_wait_for_data() -> None:
         assert m.times.ready_s == a.times.completed_s
         assert m.times.first_token_s is not None and m.times.submitted_s is not None
     assert {row["request_id"] for row in run.step_rows()} == {"r0/m", "r1/m"}
-
-
-def test_realized_dataclass_is_slotted() -> None:
-    from maserve_prefect.replay.release_driver import Realized
-
-    assert dataclasses.is_dataclass(Realized) and hasattr(Realized, "__slots__")

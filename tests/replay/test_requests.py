@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sim_factories import loaded_sim_pool
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
@@ -23,13 +24,7 @@ def mooncake_slice(shared_data: Path, tmp_path: Path, n: int) -> Trace:
 
 
 def loaded_pool(num: int, model: str = "Qwen3-8B") -> SimPool:
-    k = Kernel()
-    pool = SimPool(k, [f"H100:{i}" for i in range(num)])
-    dep = Deployment("q", model)
-    for d in pool.devices():
-        pool.load(dep, d)
-    k.run()
-    return pool
+    return loaded_sim_pool(num, model, "q")
 
 
 def test_mooncake_slice_replays_every_request(shared_data: Path, tmp_path: Path) -> None:

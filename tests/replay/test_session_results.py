@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 
-from maserve_prefect.replay import session_results as replay_results
 from maserve_prefect.replay.session_results import (
     SessionReplayResult,
     SessionResult,
@@ -45,11 +43,6 @@ def make_result() -> SessionReplayResult:
     ]  # fmt: skip
     sessions = [SessionResult("a", 0.0, 10.0, 2, 2, 0), SessionResult("b", 2.0, 2.0, 2, 0, 1)]
     return SessionReplayResult("hash", "closed", 0.0, 10.0, turns, sessions, ["a/t0", "b/t0"])
-
-
-def test_doctests() -> None:
-    result = doctest.testmod(replay_results, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_turn_times_split_queue_and_engine() -> None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import doctest
 from collections.abc import Sequence
 
 import pytest
+from sim_factories import loaded_sim_pool
 
-from maserve_prefect.clock.kernel import Kernel
-from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
+from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.protocol.views import WaitingRequest
-from maserve_prefect.replay import sessions as session_replay
 from maserve_prefect.replay.session_results import TurnResult
 from maserve_prefect.replay.sessions import QueuedTurn, replay_sessions
 from maserve_prefect.workloads.scbench import generate_scbench
@@ -21,12 +19,7 @@ DEP = "q"
 
 
 def make_pool(num_devices: int = 1) -> SimPool:
-    k = Kernel()
-    pool = SimPool(k, [f"H100:{i}" for i in range(num_devices)])
-    for i in range(num_devices):
-        pool.load(Deployment(DEP, "Qwen3-0.6B"), f"H100:{i}")
-    k.run()
-    return pool
+    return loaded_sim_pool(num_devices, "Qwen3-0.6B", DEP)
 
 
 def make_scbench(n: int = 6, seed: int = 5) -> SessionSet:
@@ -48,11 +41,6 @@ def reverse_fcfs(waiting: Sequence[QueuedTurn], now_s: float) -> list[str]:
         q.request_id
         for q in sorted(waiting, key=lambda q: (q.arrival_s, q.request_id), reverse=True)
     ]
-
-
-def test_doctests() -> None:
-    result = doctest.testmod(session_replay, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_closed_loop_respects_think_times() -> None:

@@ -273,3 +273,11 @@ def test_ledger_from_settings_uses_maserve_home(
         ledger.append_op("t1", make_op(0, out=b"z"), payloads={sha256_hex(b"z"): b"z"})
     assert (tmp_path / "ledger.db").is_file()
     assert ContentStore(tmp_path / "cas").has(sha256_hex(b"z"))
+
+
+def test_ledger_still_exports_its_run_values() -> None:
+    """The run values were split out of `ledger` into `runs`; `ledger` still exports them."""
+    from maserve_prefect.trace import ledger, runs
+
+    for name in ("PrefectLink", "RunInfo", "RunStatus"):
+        assert name in ledger.__all__ and getattr(ledger, name) is getattr(runs, name)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 from pathlib import Path
 
 import pytest
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.workloads import mooncake_sessions
 from maserve_prefect.workloads.mooncake_sessions import (
     SessionRule,
     infer_sessions,
@@ -53,11 +51,6 @@ def write_trace(path: Path, rows: list[tuple[int, int, int, list[int]]]) -> Path
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     return write_trace(tmp_path / "t.jsonl", ROWS)
-
-
-def test_doctests() -> None:
-    result = doctest.testmod(mooncake_sessions, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_inferred_sessions_on_hand_made_trace(trace: Path) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
 from pathlib import Path
 
 import pytest
@@ -24,14 +22,6 @@ def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     while i < min(len(a), len(b)) and a[i] == b[i]:
         i += 1
     return i
-
-
-@pytest.mark.parametrize(
-    "name", ["maserve_prefect.workloads.sessions", "maserve_prefect.workloads.scbench"]
-)
-def test_doctests(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_same_seed_same_set_other_seed_differs() -> None:

@@ -11,7 +11,7 @@ instead of single blocks, so freeing a request or allocating a long prompt costs
 calls, not a dict operation per block. A touched block is removed lazily: `_where[b]` names the
 segment it sits in (-1 when it is not free) and a segment entry counts only while it matches.
 The observable behaviour (which block is taken next, which hash is evicted) is exactly the
-per-block LRU's; `tests/engines/kv_reference.py` keeps that per-block version and a differential
+per-block LRU's; `tests/factories/kv_reference.py` keeps that per-block version and a differential
 property test holds the two together. `free_queue` gives the canonical view (built on demand,
 for tests and checks).
 

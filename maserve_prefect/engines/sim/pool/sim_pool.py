@@ -364,6 +364,8 @@ class SimPool(PoolViews):
             if p.status is Lifecycle.READY:
                 p.engine.set_accepting(True)
                 p.engine.pool_lifecycle = None
+            else:  # asleep or unloaded: the replica reports where it ended
+                p.engine.pool_lifecycle = p.status
             self.lifecycle_log.append(record)
             self._event(record.end_s, DONE_EVENT[action], p, level)
             ticket.done_s = record.end_s

@@ -8,7 +8,7 @@ import functools
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sim_factories import LinearCost
+from sim_factories import LinearCost, finish, host_tier, make_replica, prefixed
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.hear.side import prompt_block_hashes
@@ -28,27 +28,7 @@ CTX = ContextRef("session", 0)
 
 
 def make(num_blocks: int = 8, host_blocks: int | None = None) -> tuple[Kernel, SimReplica]:
-    k = Kernel()
-    host = None if host_blocks is None else HostTierConfig(host_blocks, 1000, 1e6)
-    rep = SimReplica(
-        k, LinearCost(), num_blocks, SchedulerConfig(), check_invariants=True, host_tier=host
-    )
-    return k, rep
-
-
-def prefixed(rid: str, first: int, num_blocks: int, out: int = 1) -> Request:
-    ids = tuple(range(first, first + num_blocks))
-    return Request(
-        rid, "", num_prompt_tokens=16 * num_blocks, max_tokens=out,
-        prefix_block_hashes=ids, prefix_block_size=16,
-    )  # fmt: skip
-
-
-def finish(k: Kernel, rep: SimReplica, request: Request) -> Ticket:
-    t = rep.submit(request)
-    assert t.accepted, t.reason
-    k.run()
-    return t
+    return make_replica(num_blocks, host_tier=host_tier(host_blocks, 0.001))
 
 
 def test_requirement_pin_survives_pressure_and_a_release_frees_it() -> None:

@@ -1,11 +1,12 @@
-"""Tiny synthetic traces for replay tests that need no native run, and wall-clock replica
-factories: simulated replicas paced on the replay's wall clock stand in for a server (the real
-vLLM runs in the integration tests)."""
+"""Tiny synthetic traces for replay tests that need no native run (`make_trace`: chains of
+tools and a model op; `make_dag_trace`: any DAG of model and tool ops per root), and wall-clock
+replica factories: simulated replicas paced on the replay's wall clock stand in for a server (the
+real vLLM runs in the integration tests)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from maserve_prefect.clock import WallClock
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
@@ -61,6 +62,48 @@ def make_trace(
                 )
             )
     return Trace(manifest=Manifest(trace_id="toy"), roots=roots, stages=stages, ops=ops)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One op of a `make_dag_trace` root: a model op of `deployment` with (input, output)
+    `tokens`, or a tool op of `tool_s` seconds when `deployment` is ""; `deps` are
+    `(op name, edge kind, required)` of earlier ops of the same root."""
+
+    name: str
+    deps: tuple[tuple[str, EdgeKind, bool], ...] = ()
+    deployment: str = ""
+    tokens: tuple[int, int] = (64, 8)
+    tool_s: float = 1.0
+
+
+def make_dag_trace(
+    roots: Mapping[str, Sequence[OpSpec]], arrival_s: Mapping[str, float] | None = None
+) -> Trace:
+    """A trace of the given roots (op ids `root/name`, one stage per root), length-locked model
+    ops, roots arriving at `arrival_s` (default 0)."""
+    records, stages, ops = [], [], []
+    for r, specs in roots.items():
+        records.append(
+            RootRecord(root_id=r, workflow="dag", arrival_s=(arrival_s or {}).get(r, 0.0))
+        )
+        stages.append(StageRecord(stage_id=f"{r}/s", root_id=r, name="s"))
+        for spec in specs:
+            deps = tuple(
+                Dep(op_id=f"{r}/{d}", kind=kind, required=required)
+                for d, kind, required in spec.deps
+            )
+            common = dict(op_id=f"{r}/{spec.name}", root_id=r, stage_id=f"{r}/s", deps=deps)
+            if spec.deployment:
+                op = OpRecord(**common, kind=OpKind.MODEL,  # type: ignore[arg-type]
+                              generation=GenerationSettings(deployment=spec.deployment),
+                              num_input_tokens=spec.tokens[0],
+                              num_output_tokens=spec.tokens[1])  # fmt: skip
+            else:
+                op = OpRecord(**common, kind=OpKind.TOOL, tool_name="t",  # type: ignore[arg-type]
+                              tool_duration_s=spec.tool_s)  # fmt: skip
+            ops.append(op)
+    return Trace(manifest=Manifest(trace_id="dag"), roots=records, stages=stages, ops=ops)
 
 
 Factory = Callable[[WallClock, Sequence[str]], tuple[Sequence[object], Callable[[], None]]]

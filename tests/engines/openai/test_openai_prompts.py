@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import doctest
-import importlib
 from typing import Any
 
 import pytest
@@ -269,17 +267,3 @@ def test_a_fallback_that_also_fails_leaves_the_requirement_unsupported() -> None
     mode = ExecutionMode("eager", force=Force.REQUIREMENT, fallback=("turbo",))
     with pytest.raises(UnsupportedError, match="mode 'eager'"):
         no_prio(req(), [mode])
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "maserve_prefect.engines.openai",
-        "maserve_prefect.engines.openai.prompts",
-        "maserve_prefect.engines.openai.discovery",
-        "maserve_prefect.engines.openai.engine",
-    ],
-)
-def test_module_doctests(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from sim_factories import LinearCost
+from sim_factories import host_tier, make_replica, prefixed
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.catalog import get_gpu, get_model
 from maserve_prefect.engines.sim.kv.host_tier import HostTier, HostTierConfig
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.protocol.controls import Tier
 from maserve_prefect.protocol.outcomes import Ticket
@@ -22,22 +21,7 @@ BLOCK_S = 0.001  # host -> GPU seconds per block in these tests
 def make_host_replica(
     num_blocks: int = 8, host_blocks: int | None = 16
 ) -> tuple[Kernel, SimReplica]:
-    k = Kernel()
-    host = None if host_blocks is None else HostTierConfig(host_blocks, 1000, 1000 / BLOCK_S)
-    rep = SimReplica(
-        k, LinearCost(), num_blocks, SchedulerConfig(), name="r0", check_invariants=True,
-        host_tier=host,
-    )  # fmt: skip
-    return k, rep
-
-
-def prefixed(rid: str, first: int, num_blocks: int, out: int = 1) -> Request:
-    """A request whose prompt is `num_blocks` 16-token blocks with hash ids first, first+1, ..."""
-    ids = tuple(range(first, first + num_blocks))
-    return Request(
-        rid, "", num_prompt_tokens=16 * num_blocks, max_tokens=out,
-        prefix_block_hashes=ids, prefix_block_size=16,
-    )  # fmt: skip
+    return make_replica(num_blocks, host_tier=host_tier(host_blocks, BLOCK_S))
 
 
 def run_in_order(k: Kernel, rep: SimReplica, requests: list[Request]) -> list[Ticket]:

@@ -17,7 +17,7 @@ from maserve_prefect.engines.sim.cost.roofline import (
     prefill_attention_time_scalar,
 )
 
-PROFILES = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "profiles"
+PROFILES = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "profiles"
 
 
 def test_tile_rows_follow_the_gpu_family() -> None:

@@ -18,7 +18,7 @@ import pytest
 from maserve_prefect.engines.vllm import venv as vv
 from maserve_prefect.errors import ConfigError, EngineError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # The fake venv's python: pip install / uninstall and `-c` smoke code, steered by FAKE_MODE.
 FAKE_VENV_PYTHON = r"""

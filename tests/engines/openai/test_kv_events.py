@@ -8,7 +8,6 @@ subscriber's subscription arrived instead of sleeping; on the wire it is what vL
 
 from __future__ import annotations
 
-import doctest
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,6 @@ import msgpack
 import pytest
 import zmq
 
-import maserve_prefect.engines.openai.kv_events as kv_mod
 from maserve_prefect.engines.openai.kv_decode import (
     AllBlocksCleared,
     BlockRemoved,
@@ -304,8 +302,3 @@ def test_subscriber_rejects_inproc_and_busy_port() -> None:
         second = KVEventSubscriber(first.endpoint)
         with pytest.raises(EngineError, match="cannot bind"):
             second.start()
-
-
-def test_module_doctests() -> None:
-    result = doctest.testmod(kv_mod, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

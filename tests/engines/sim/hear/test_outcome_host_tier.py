@@ -3,44 +3,20 @@ back is reported as CPU-cached tokens, and the same run without a host tier repo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from sim_factories import LinearCost, host_tier, make_replica, prefixed
 
-from maserve_prefect.clock.kernel import Kernel
-from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
-from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
-from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.protocol.messages import Completed, outcome_of, require_completed
 from maserve_prefect.protocol.outcomes import Ticket
-from maserve_prefect.protocol.requests import Request
 
-BLOCK = 16  # tokens per KV block
-
-
-class Flat:
-    """1 ms per step, whatever it computes: only the cache accounting matters here."""
-
-    def step_cost(self, chunks: Sequence[ScheduledChunk]) -> StepCost:
-        return StepCost(0.001, 0.0, 0.0, 0.0)
-
-    def decode_affine(self, num_seqs: int) -> DecodeAffine:
-        return DecodeAffine(num_seqs, 0.001, 0.0, 0.0, 0.0)
-
-
-def prefixed(rid: str, first: int, num_blocks: int) -> Request:
-    """A prompt of `num_blocks` full blocks with hash ids first, first+1, ..."""
-    return Request(
-        rid, "", num_prompt_tokens=BLOCK * num_blocks, max_tokens=1,
-        prefix_block_hashes=tuple(range(first, first + num_blocks)), prefix_block_size=BLOCK,
-    )  # fmt: skip
+BLOCK = 16  # tokens per KV block (`prefixed` and the scheduler default)
+FLAT = LinearCost(per_token_s=0.0, overhead_s=0.001)
+"""1 ms per step, whatever it computes: only the cache accounting matters here."""
 
 
 def run_turns(host_blocks: int | None, num_gpu_blocks: int = 8) -> list[Completed]:
     """Turns a, b, a2 one after another; on an 8-block GPU b evicts all of a's blocks, and a2
     repeats a's prompt. Returns each turn's HEAR outcome."""
-    k = Kernel()
-    host = None if host_blocks is None else HostTierConfig(host_blocks, 1000, 1e6)
-    rep = SimReplica(k, Flat(), num_gpu_blocks=num_gpu_blocks, name="r0", host_tier=host,
-                     check_invariants=True)  # fmt: skip
+    k, rep = make_replica(num_gpu_blocks, cost=FLAT, host_tier=host_tier(host_blocks, 0.001))
     turns = [prefixed("a", 1, 4), prefixed("b", 100, 8), prefixed("a2", 1, 4)]
     tickets: list[Ticket] = []
 

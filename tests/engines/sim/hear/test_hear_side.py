@@ -3,15 +3,13 @@ state reports, request-scoped controls, intents, and fast-forward agreeing with 
 
 from __future__ import annotations
 
-import doctest
 import functools
-import importlib
 import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_factories import LinearCost
+from sim_factories import LinearCost, finish, host_tier, make_replica, prefixed
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.hear.side import prompt_block_hashes
@@ -46,28 +44,7 @@ def make(
     log: list[LogEntry] | None = None,
     **config: object,
 ) -> tuple[Kernel, SimReplica]:
-    k = Kernel()
-    host = None if host_blocks is None else HostTierConfig(host_blocks, 1000, 1000 / BLOCK_S)
-    rep = SimReplica(
-        k, LinearCost(), num_blocks, SchedulerConfig(**config),  # type: ignore[arg-type]
-        check_invariants=True, host_tier=host, log=log,
-    )  # fmt: skip
-    return k, rep
-
-
-def prefixed(rid: str, first: int, num_blocks: int, out: int = 1, extra: int = 0) -> Request:
-    ids = tuple(range(first, first + num_blocks))
-    return Request(
-        rid, "", num_prompt_tokens=16 * num_blocks + extra, max_tokens=out,
-        prefix_block_hashes=ids, prefix_block_size=16,
-    )  # fmt: skip
-
-
-def finish(k: Kernel, rep: SimReplica, request: Request, controls: tuple = ()) -> Ticket:
-    t = rep.submit(request, controls)
-    assert t.accepted, t.reason
-    k.run()
-    return t
+    return make_replica(num_blocks, log=log, host_tier=host_tier(host_blocks, BLOCK_S), **config)
 
 
 def evict_a_to_host(k: Kernel, rep: SimReplica) -> tuple[int, ...]:
@@ -234,21 +211,6 @@ def test_typed_intents_are_logged_and_change_nothing() -> None:
         return log
 
     assert run(True) == run(False)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "maserve_prefect.engines.sim.kv.host_tier",
-        "maserve_prefect.engines.sim.kv.retention",
-        "maserve_prefect.engines.sim.step.modes",
-        "maserve_prefect.engines.sim.hear.side",
-        "maserve_prefect.engines.sim.replica",
-    ],
-)
-def test_doctests(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name))
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_a_control_inside_a_fast_forwarded_run_sees_what_stepping_sees() -> None:

@@ -3,9 +3,6 @@ and state versions with the state edge a read gains."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
-
 import pytest
 from maserve_prefect.tasks import Artifact, ContextSpec, build_messages, state_read, state_write
 from maserve_prefect.tasks.transform import get_transform
@@ -19,14 +16,6 @@ from maserve_prefect.taskrunner.lockstep import VirtualGate
 from maserve_prefect.taskrunner.oprun import scope
 from maserve_prefect.taskrunner.runner import MAServeTaskRunner
 from maserve_prefect.trace.model import Dep, EdgeKind, Manifest, OpKind, OpRecord
-
-
-@pytest.mark.parametrize("name", ["context", "transform"])
-def test_doctests(name: str) -> None:
-    module = importlib.import_module(f"maserve_prefect.tasks.{name}")
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
-
 
 # -- build_messages -------------------------------------------------------------------------
 
