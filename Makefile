@@ -40,8 +40,9 @@ test-fast: $(STAMP)
 vllm-env: $(STAMP)
 	$(BIN)/python -m maserve_prefect.engines.vllm.venv --lock $(VLLM_LOCK)
 
+# ruff, then the architecture: import-linter's contracts in pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy maserve_prefect predictors flows tasks bindings

@@ -7,6 +7,7 @@ requests, ties by name, counting the plan's own assignments as it goes. The `ord
 plans (`dispatch.admission`) place with the same rule.
 
 Examples:
+    >>> from maserve_prefect.dispatch.snapshot import Unit
     >>> from maserve_prefect.protocol.state import Lifecycle
     >>> snap = Snapshot(0.0, (Unit("b", "r", "m", 10, 1, ready_s=1.0),
     ...                       Unit("a", "r", "m", 10, 1, ready_s=1.0)), (),

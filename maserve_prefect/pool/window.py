@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from maserve_prefect.dag import topological_order
 from maserve_prefect.errors import ConfigError
 
 INF = float("inf")
@@ -120,7 +121,7 @@ class DagStats:
 
 
 def topo_order(units: Mapping[str, WorkUnit]) -> list[str]:
-    """Unit ids in a topological order (Kahn's algorithm, ties by id).
+    """Unit ids in the topological order (`dag.topological_order`: ties by id).
 
     Raises:
         ConfigError: an edge names a unit not in `units`, preds and succs disagree, or a cycle.
@@ -142,21 +143,10 @@ def topo_order(units: Mapping[str, WorkUnit]) -> list[str]:
                     f"workflow DAG: unit {uid!r} lists successor {s!r}, which is missing or does "
                     "not list it as a predecessor"
                 )
-    ready = sorted(uid for uid, n in indeg.items() if n == 0)
-    order: list[str] = []
-    while ready:
-        uid = ready.pop(0)
-        order.append(uid)
-        fresh = []
-        for s in units[uid].succs:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                fresh.append(s)
-        ready = sorted([*ready, *fresh])
-    if len(order) != len(units):
-        stuck = sorted(set(units) - set(order))[:5]
-        raise ConfigError(f"workflow DAG has a cycle through {stuck}; DAGs must be acyclic")
-    return order
+    try:
+        return topological_order(units, ((uid, s) for uid, u in units.items() for s in u.succs))
+    except ValueError as exc:
+        raise ConfigError(f"workflow DAG: {exc}; DAGs must be acyclic") from None
 
 
 def dag_stats(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import networkx as nx
 from pydantic import Field, model_validator
 
+from maserve_prefect.dag import topological_order
 from maserve_prefect.errors import SpecError
 from maserve_prefect.spec.artifacts import NAME_PATTERN, ArtifactInterface
 from maserve_prefect.spec.base import SpecModel
@@ -113,7 +114,8 @@ class WorkloadSpec(SpecModel):
     def topological_stages(self) -> list[str]:
         """Stage names in a deterministic topological order of D (ties by declaration order)."""
         order = {name: i for i, name in enumerate(self.stage_names())}
-        return list(nx.lexicographical_topological_sort(self.graph(), key=order.__getitem__))
+        edges = [(d.source, d.target) for d in self.dependencies]
+        return topological_order(self.stage_names(), edges, key=order.__getitem__)
 
     def roles(self) -> list[str]:
         """Every participant role, first appearance order."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from contextvars import Context
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from prefect.futures import PrefectFuture
@@ -20,7 +21,37 @@ from prefect.futures import PrefectFuture
 from maserve_prefect.taskrunner.opfutures import MAServeFuture
 from maserve_prefect.taskrunner.oprun import OpRun
 
-__all__ = ["OpNode", "effective_upstream", "model_ops_ahead", "model_preds"]
+__all__ = ["OpNode", "OpState", "effective_upstream", "model_ops_ahead", "model_preds"]
+
+
+class OpState(IntEnum):
+    """Where a submitted op is, in order (each step only ever moves forward).
+
+    Examples:
+        >>> OpState.STARTED.started, OpState.STARTED.done, OpState.RESOLVED.done
+        (True, False, True)
+    """
+
+    PENDING = 0
+    """Submitted; waiting for its upstream futures or a worker."""
+    STARTED = 1
+    """Its body runs (a model op: its call may be queued at the dispatcher)."""
+    DONE = 2
+    """Its body finished and its record was written."""
+    RESOLVED = 3
+    """Its future holds the final state; its waiters are released."""
+
+    @property
+    def started(self) -> bool:
+        return self >= OpState.STARTED
+
+    @property
+    def running(self) -> bool:
+        return self is OpState.STARTED
+
+    @property
+    def done(self) -> bool:
+        return self >= OpState.DONE
 
 
 @dataclass(slots=True, eq=False)
@@ -41,9 +72,7 @@ class OpNode:
     upstream: list[OpNode] = field(default_factory=list)
     waiters: list[OpNode] | None = None  # downstream nodes to release when this one resolves
     num_pending: int = 0
-    started: bool = False
-    done: bool = False
-    resolved: bool = False  # its future holds the final state (set after `done`)
+    state: OpState = OpState.PENDING
     near_ready_sent: bool = False  # near-ready (or, for a model op, known) was reported
     model: bool = False  # a model op
     see_through: bool = False  # a maserve non-model op: model near-ready looks through it
@@ -60,7 +89,7 @@ def effective_upstream(node: OpNode) -> list[OpNode]:
         if id(u) in seen:
             continue
         seen.add(id(u))
-        if u.see_through and not (u.started or u.done):
+        if u.see_through and not u.state.started:
             stack.extend(reversed(u.upstream))
         else:
             out.append(u)
@@ -89,7 +118,7 @@ def model_ops_ahead(downstream: list[OpNode]) -> list[OpNode]:
     direct downstream excluded): a start there may make them near-ready."""
     out: list[OpNode] = []
     seen: set[int] = set()
-    stack = [d for d in downstream if d.see_through and not (d.started or d.done)]
+    stack = [d for d in downstream if d.see_through and not d.state.started]
     while stack:
         d = stack.pop()
         for n in d.downstream:
@@ -98,6 +127,6 @@ def model_ops_ahead(downstream: list[OpNode]) -> list[OpNode]:
             seen.add(id(n))
             if n.model:
                 out.append(n)
-            elif n.see_through and not (n.started or n.done):
+            elif n.see_through and not n.state.started:
                 stack.append(n)
     return out

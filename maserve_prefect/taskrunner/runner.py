@@ -77,6 +77,7 @@ from maserve_prefect.taskrunner.opfutures import (
 )
 from maserve_prefect.taskrunner.opgraph import (
     OpNode,
+    OpState,
     effective_upstream,
     model_ops_ahead,
     model_preds,
@@ -212,7 +213,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         full garbage-collector pass instead of being freed with the flow's futures. An op still
         running (the flow was interrupted) keeps everything it needs to record itself."""
         with self._lock:
-            if not all(n.done for n in self._nodes):
+            if not all(n.state.done for n in self._nodes):
                 return
             nodes, self._nodes = self._nodes, []
             self._harness = None  # the run book is the harness's to keep, not this runner's
@@ -224,7 +225,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
     def _wait_all(self) -> None:
         """Every submitted op finishes before the flow run ends (a complete trace)."""
         with self._lock:
-            pending = [n.future for n in self._nodes if not n.done]
+            pending = [n.future for n in self._nodes if not n.state.done]
         for fut in pending:
             fut.wait()
 
@@ -287,7 +288,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
                 if up not in node.upstream:
                     node.upstream.append(up)
                     up.downstream.append(node)
-                    if not up.resolved:
+                    if up.state is not OpState.RESOLVED:
                         if up.waiters is None:
                             up.waiters = []
                         up.waiters.append(node)
@@ -349,9 +350,9 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             return
         with self._lock:
             ups = effective_upstream(node) if node.model else node.upstream
-            if not ups or not all(u.started or u.done for u in ups):
+            if not ups or not all(u.state.started for u in ups):
                 return
-            if not any(u.started and not u.done for u in ups):
+            if not any(u.state.running for u in ups):
                 return
             node.near_ready_sent = True
             preds = model_preds(node) if node.model else ()
@@ -420,10 +421,12 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
             # hands it to a replica (`Harness.call_model`).
             node.op.submitted_s = harness.gate.now()
         if harness is None or harness.dispatcher is None:
-            node.started = True  # only near-ready reporting reads it, and it needs a dispatcher
+            node.state = (
+                OpState.STARTED
+            )  # only near-ready reporting reads it, and it needs a dispatcher
             return
         with self._lock:
-            node.started = True
+            node.state = OpState.STARTED
             downstream = list(node.downstream)
             ahead = model_ops_ahead(downstream)
         for d in downstream:
@@ -486,13 +489,13 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
                     state = Failed(message=f"op {node.op.op_id} ran but was not recorded: {exc}")
         finally:
             with self._lock:
-                node.done = True
+                node.state = OpState.DONE
                 # What only running the op needed; the node stays for the graph's bookkeeping.
                 node.parameters, node.context, node.task = _RELEASED, None, None
                 node.wait_for = node.dependencies = None
             node.future.wrapped_future.set_result(state)
             with self._lock:
-                node.resolved = True
+                node.state = OpState.RESOLVED
                 waiters, node.waiters = node.waiters, None
             for d in waiters or ():
                 self._upstream_done(d)  # released (admitted) before this op leaves the gate

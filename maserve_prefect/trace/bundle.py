@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 from pydantic import BaseModel, ValidationError
 
+from maserve_prefect.dag import topological_order
 from maserve_prefect.errors import BundleExistsError, IntegrityError, TraceImportError
 from maserve_prefect.trace.cas import BlobStore, MemoryStore, fsync_dir, is_digest, sha256_hex
 from maserve_prefect.trace.model import (
@@ -120,18 +120,12 @@ def canonical_trace(trace: Trace) -> Trace:
         return root_rank.get(root_id, len(root_rank))
 
     latest = trace.op_index()
-    graph: nx.DiGraph[str] = nx.DiGraph()
-    graph.add_nodes_from(latest)
-    graph.add_edges_from(
-        (d.op_id, op.op_id) for op in trace.ops for d in op.deps if d.op_id in latest
-    )
+    edges = {(d.op_id, op.op_id) for op in trace.ops for d in op.deps if d.op_id in latest}
     try:
-        order = list(
-            nx.lexicographical_topological_sort(
-                graph, key=lambda n: (rank(latest[n].root_id), _natural_key(n))
-            )
+        order = topological_order(
+            latest, sorted(edges), key=lambda n: (rank(latest[n].root_id), _natural_key(n))
         )
-    except nx.NetworkXUnfeasible:
+    except ValueError:
         validate_trace(trace)  # names the cycle
         raise
     position = {op_id: i for i, op_id in enumerate(order)}

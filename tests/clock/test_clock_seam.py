@@ -8,8 +8,8 @@ import pytest
 from sim_factories import LinearCost, req
 
 from maserve_prefect.clock import Clock, VirtualClock, WallClock
+from maserve_prefect.engines.sim.loop import LogEntry
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.outcomes import Outcome
 

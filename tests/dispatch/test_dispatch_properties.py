@@ -34,7 +34,9 @@ from replay_factories import OpSpec, make_dag_trace
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.plans import Decisions, FcfsPlan, Snapshot, Submit, Unit, get_plan
+from maserve_prefect.dispatch.fcfs import FcfsPlan
+from maserve_prefect.dispatch.plans import get_plan
+from maserve_prefect.dispatch.snapshot import Decisions, Snapshot, Submit, Unit
 from maserve_prefect.pool.snapshot import PoolSnapshot
 from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.protocol.state import Lifecycle
@@ -180,12 +182,13 @@ def test_every_unit_is_submitted_at_most_once_and_done_exactly_once(case: Dispat
         (where,) = [r for r in replicas if uid in r.submitted]
         assert sent[uid] == [where.name] and where.deployment == u.deployment
         if uid in case.rejected:
-            assert outcome.status is OutcomeStatus.FAILED
+            assert outcome.status is OutcomeStatus.REJECTED and "the test rejects it" in outcome.error
         else:
             assert outcome.status is OutcomeStatus.COMPLETED
             assert outcome.num_output_tokens == u.max_tokens
     accepted = [uid for uid in units if handed[uid] and uid not in case.rejected]
-    failed = [uid for uid in units if done[uid][0].status is OutcomeStatus.FAILED]
+    never_ran = (OutcomeStatus.FAILED, OutcomeStatus.REJECTED)
+    failed = [uid for uid in units if done[uid][0].status in never_ran]
     assert (d.stats.num_submitted, d.stats.num_rejected) == (len(accepted), len(failed))
     snap = d.snapshot()
     assert snap.ready == () and snap.near_ready == ()

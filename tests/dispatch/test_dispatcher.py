@@ -20,6 +20,10 @@ def test_units_of_a_dead_deployment_fail_instead_of_waiting_forever() -> None:
     class Dead:  # the replica as a dead server reports itself
         name, deployment = "r0", "small"
 
+        @property
+        def lifecycle(self) -> Lifecycle:
+            return state["lifecycle"]
+
         def state(self):  # type: ignore[no-untyped-def]
             return dataclasses.replace(rep.state(), lifecycle=state["lifecycle"])
 

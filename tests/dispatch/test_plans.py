@@ -17,13 +17,9 @@ from dispatch_factories import (
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
-from maserve_prefect.dispatch.plans import (
-    FcfsPlan,
-    Snapshot,
-    get_plan,
-    plan_names,
-    register_plan,
-)
+from maserve_prefect.dispatch.fcfs import FcfsPlan
+from maserve_prefect.dispatch.plans import get_plan, plan_names, register_plan
+from maserve_prefect.dispatch.snapshot import Snapshot
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.outcomes import Outcome
 from maserve_prefect.protocol.state import Lifecycle

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from maserve_prefect.clock.kernel import Kernel
-from maserve_prefect.dispatch.plans import ReplicaView, Snapshot, Unit
+from maserve_prefect.dispatch.snapshot import ReplicaView, Snapshot, Unit
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.protocol.capabilities import Capabilities

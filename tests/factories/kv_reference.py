@@ -11,7 +11,7 @@ import itertools
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.errors import ConfigError, SimulationError
 
 _LOOKUP_CHUNK = 64

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from hypothesis import strategies as st
 
-from maserve_prefect.dispatch.plans import Unit
+from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.pool.fusion import fusible_chains
 from maserve_prefect.pool.inputs import Workflow

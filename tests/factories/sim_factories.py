@@ -18,10 +18,10 @@ from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
+from maserve_prefect.engines.sim.loop import LogEntry
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.engines.sim.step.loop import LogEntry
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.engines.sim.step.scheduler import Scheduler, SchedulerConfig
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pool_factories import RUN, P, R, make_pool, make_pool_snapshot, make_replica, make_unit
 
-from maserve_prefect.dispatch.plans import Decisions, get_plan
+from maserve_prefect.dispatch.plans import get_plan
+from maserve_prefect.dispatch.snapshot import Decisions
 from maserve_prefect.pool.snapshot import PoolSnapshot
 from maserve_prefect.pool.state import ActiveRequest, Lease
 

@@ -19,7 +19,8 @@ from pool_factories import (
     pool_scenarios,
 )
 
-from maserve_prefect.dispatch.plans import Decisions, get_plan
+from maserve_prefect.dispatch.plans import get_plan
+from maserve_prefect.dispatch.snapshot import Decisions
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.snapshot import PlanOptions, PoolSnapshot
 from maserve_prefect.pool.state import ActiveRequest, Lease, ReplicaInfo

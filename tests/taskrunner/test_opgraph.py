@@ -15,6 +15,7 @@ import uuid
 from maserve_prefect.taskrunner.opfutures import MAServeFuture
 from maserve_prefect.taskrunner.opgraph import (
     OpNode,
+    OpState,
     effective_upstream,
     model_ops_ahead,
     model_preds,
@@ -69,15 +70,15 @@ def ids(nodes: list[OpNode]) -> list[str]:
 def test_effective_upstream_looks_through_pending_maserve_ops_only() -> None:
     g = make_graph()
     assert ids(effective_upstream(g["m2"])) == ["m1", "p1"]
-    g["t1"].started = True  # a started op is no longer looked through
+    g["t1"].state = OpState.STARTED  # a started op is no longer looked through
     assert ids(effective_upstream(g["m2"])) == ["t1"]
-    g["t1"].started, g["t2"].done = False, True
+    g["t1"].state, g["t2"].state = OpState.PENDING, OpState.DONE
     assert ids(effective_upstream(g["m2"])) == ["t2"]
 
 
 def test_model_preds_go_through_every_non_model_op() -> None:
     g = make_graph()
-    g["t1"].done = g["t2"].started = True  # state does not matter here
+    g["t1"].state, g["t2"].state = OpState.DONE, OpState.STARTED  # state does not matter here
     assert model_preds(g["m2"]) == ("m1",)
     assert model_preds(g["t1"]) == ("m1",)
     assert model_preds(g["m1"]) == ()
@@ -87,5 +88,5 @@ def test_model_ops_ahead_skip_the_direct_downstream_and_stop_at_started_ops() ->
     g = make_graph()
     assert ids(model_ops_ahead(g["m1"].downstream)) == ["m2"]
     assert ids(model_ops_ahead(g["t2"].downstream)) == []  # m2 is direct downstream
-    g["t2"].started = True
+    g["t2"].state = OpState.STARTED
     assert ids(model_ops_ahead(g["m1"].downstream)) == []

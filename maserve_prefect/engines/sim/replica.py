@@ -37,12 +37,12 @@ from maserve_prefect.engines.sim.cost.step_cost import StepCostModel
 from maserve_prefect.engines.sim.hear.side import ResidencyFeed, SimHear
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
 from maserve_prefect.engines.sim.kv.manager import cdiv
+from maserve_prefect.engines.sim.loop import LogEntry, ReplicaLoop
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.engines.sim.step.fast_forward import blocks_held_after, steps_before
-from maserve_prefect.engines.sim.step.loop import LogEntry, ReplicaLoop
 from maserve_prefect.engines.sim.step.modes import DEFAULT_MODE_PARAMS, DEFAULT_MODES, ModeParams
 from maserve_prefect.engines.sim.step.prefill_run import PrefillRun
 from maserve_prefect.engines.sim.step.records import SERIES
-from maserve_prefect.engines.sim.step.request import SimRequest
 from maserve_prefect.engines.sim.step.scheduler import Policy, SchedulerConfig
 from maserve_prefect.errors import SimulationError
 from maserve_prefect.protocol.capabilities import Capabilities, HearCapabilities

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sim_factories import assert_log, make_replica, req, submit_at
 
-from maserve_prefect.engines.sim.step.loop import LogEntry
+from maserve_prefect.engines.sim.loop import LogEntry
 from maserve_prefect.engines.sim.step.records import StepKind
 from maserve_prefect.engines.sim.step.scheduler import Policy
 from maserve_prefect.protocol.requests import Request

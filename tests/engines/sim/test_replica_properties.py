@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_factories import LinearCost, make_replica
 
+from maserve_prefect.engines.sim.loop import LogEntry
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.engines.sim.step.scheduler import Policy
 from maserve_prefect.errors import SimulationError
 from maserve_prefect.protocol.outcomes import Ticket

@@ -20,7 +20,7 @@ from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.kv.block_table import BlockTable
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
 from maserve_prefect.engines.sim.kv.prefix_cache import BlockRange
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
 

@@ -36,7 +36,7 @@ import numpy as np
 from maserve_prefect.engines.sim.hear.resolve import HearHost, HearResolver
 from maserve_prefect.engines.sim.kv.host_tier import HostTier, HostTierConfig
 from maserve_prefect.engines.sim.kv.retention import RetentionTable
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.errors import SimulationError
 from maserve_prefect.protocol.capabilities import HearCapabilities
 from maserve_prefect.protocol.channel import IntentLog

@@ -39,7 +39,7 @@ from maserve_prefect.engines.sim.kv.block_pool import MAX_SCALAR_BLOCKS, NO_BLOC
 from maserve_prefect.engines.sim.kv.block_table import BlockTable
 from maserve_prefect.engines.sim.kv.prefix_cache import PrefixCache
 from maserve_prefect.engines.sim.kv.retention import HARD, NONE
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.errors import SimulationError
 
 

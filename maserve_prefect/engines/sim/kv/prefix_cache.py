@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from maserve_prefect.engines.sim.kv.block_pool import MAX_SCALAR_BLOCKS, NO_BLOCKS, BlockPool
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -44,6 +44,7 @@ from maserve_prefect.engines.catalog.lifecycle import LifecyclePlan
 from maserve_prefect.engines.sim.cost.step_cost import StepCostModel
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
+from maserve_prefect.engines.sim.loop import LogEntry
 from maserve_prefect.engines.sim.pool.device import (
     Deployment,
     DeviceSlot,
@@ -52,7 +53,6 @@ from maserve_prefect.engines.sim.pool.device import (
 from maserve_prefect.engines.sim.pool.lifecycle_exec import DONE_EVENT, PoolReplica, execute_plan
 from maserve_prefect.engines.sim.pool.views import PoolViews
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
 from maserve_prefect.protocol.outcomes import Acceptance

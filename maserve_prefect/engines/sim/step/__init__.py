@@ -1,1 +1,1 @@
-"""The simulator's step loop: vLLM v1's scheduler step, live requests, fast-forward, records."""
+"""The simulator's engine step: vLLM v1's scheduler step, fast-forwarded runs, modes, records."""

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from maserve_prefect.engines.sim.cost.step_cost import ScheduledChunk
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.errors import ConfigError
 
 DENSE = "dense"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from maserve_prefect.clock import Cancellable
 from maserve_prefect.engines.sim.cost.step_cost import ScheduledChunk, StepCost, StepCostModel
 from maserve_prefect.engines.sim.kv.prefix_cache import BlockRange
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.engines.sim.step.scheduler import Scheduler, SchedulerOutput
 from maserve_prefect.errors import SimulationError
 

@@ -30,7 +30,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
-from maserve_prefect.engines.sim.step.request import RequestStatus, SimRequest
+from maserve_prefect.engines.sim.request import RequestStatus, SimRequest
 from maserve_prefect.errors import ConfigError, SimulationError
 
 GIB_BYTES = 1 << 30

@@ -14,8 +14,8 @@ from sim_factories import LinearCost, finish, host_tier, make_replica, prefixed
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.hear.side import prompt_block_hashes
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
+from maserve_prefect.engines.sim.loop import LogEntry
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.engines.sim.step.scheduler import Policy, SchedulerConfig
 from maserve_prefect.protocol.controls import (
     CachePrepare,

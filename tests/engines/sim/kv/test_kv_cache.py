@@ -10,7 +10,7 @@ from kv_reference import ReferenceKV
 
 from maserve_prefect.engines.sim.kv.hash_index import HashIndex
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
 
@@ -132,7 +132,7 @@ def test_hashes_are_stable_across_processes() -> None:
 
     code = (
         "from maserve_prefect.protocol.engine import *;"
-        "from maserve_prefect.engines.sim.step.request import SimRequest;"
+        "from maserve_prefect.engines.sim.request import SimRequest;"
         "r=Request('x','',prompt_token_ids=(1,2,3,4),cache_salt='s');"
         "print(SimRequest(r,0,0.0,0,4,Ticket('x',Acceptance.ACCEPTED)).block_hash(0))"
     )

@@ -16,7 +16,7 @@ from sim_factories import make_sim_request
 
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
 from maserve_prefect.engines.sim.kv.retention import HARD
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 
 BLOCK = 4
 _seq = itertools.count()

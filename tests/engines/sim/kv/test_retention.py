@@ -16,7 +16,7 @@ from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
 from maserve_prefect.engines.sim.kv.retention import HARD, NONE, SOFT
 from maserve_prefect.engines.sim.replica import SimReplica
-from maserve_prefect.engines.sim.step.request import SimRequest
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.engines.sim.step.scheduler import SchedulerConfig
 from maserve_prefect.protocol.controls import CacheRelease, CacheRetain, Force, Tier
 from maserve_prefect.protocol.fake import ReferenceEngine

@@ -13,8 +13,8 @@ from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.catalog import lifecycle as lc
+from maserve_prefect.engines.sim.loop import LogEntry
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, DeviceSlot, SimPool
-from maserve_prefect.engines.sim.step.loop import LogEntry
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.engine import LifecycleAction
 from maserve_prefect.protocol.outcomes import Acceptance

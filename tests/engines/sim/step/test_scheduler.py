@@ -17,7 +17,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from sim_factories import make_scheduler, make_sim_request
 
-from maserve_prefect.engines.sim.step.request import RequestStatus, SimRequest
+from maserve_prefect.engines.sim.request import RequestStatus, SimRequest
 from maserve_prefect.engines.sim.step.scheduler import (
     GIB_BYTES,
     AdmitStop,

@@ -48,6 +48,7 @@ from maserve_prefect.engines.sim.cost.step_cost import (
 )
 from maserve_prefect.engines.sim.hear.side import SimHear
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager, cdiv
+from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.engines.sim.step.fast_forward import (
     allocate_run,
     decode_run_length,
@@ -63,7 +64,6 @@ from maserve_prefect.engines.sim.step.records import (
     Timeline,
     step_kind,
 )
-from maserve_prefect.engines.sim.step.request import SimRequest
 from maserve_prefect.engines.sim.step.scheduler import (
     Scheduler,
     SchedulerConfig,
