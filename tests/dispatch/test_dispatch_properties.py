@@ -182,7 +182,9 @@ def test_every_unit_is_submitted_at_most_once_and_done_exactly_once(case: Dispat
         (where,) = [r for r in replicas if uid in r.submitted]
         assert sent[uid] == [where.name] and where.deployment == u.deployment
         if uid in case.rejected:
-            assert outcome.status is OutcomeStatus.REJECTED and "the test rejects it" in outcome.error
+            assert (
+                outcome.status is OutcomeStatus.REJECTED and "the test rejects it" in outcome.error
+            )
         else:
             assert outcome.status is OutcomeStatus.COMPLETED
             assert outcome.num_output_tokens == u.max_tokens
