@@ -61,7 +61,7 @@ from maserve_prefect.predictors.profiling import measured_rows, shape_grid, simu
 from maserve_prefect.engines.catalog import get_gpu
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.costs import TrainingSpec
-from maserve_prefect.pool.workload import POOL_MODELS
+from maserve_prefect.pool.recorded import POOL_MODELS
 from maserve_prefect.settings import Settings
 
 KINDS = ("formula", "gbdt", "graph")

@@ -124,7 +124,7 @@ class ParrotPlan(RequestLevelPlan):
 
 
 class KairosPlan(RequestLevelPlan):
-    """Workflow-aware order (least remaining work, earliest workflow) + most-free-memory
+    """RootDag-aware order (least remaining work, earliest workflow) + most-free-memory
     placement."""
 
     name = "kairos"

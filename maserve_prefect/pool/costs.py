@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from maserve_prefect import plugins
+from maserve_prefect.pool.recorded import POOL_MODELS
 from maserve_prefect.pool.state import CostModel
-from maserve_prefect.pool.workload import POOL_MODELS
 
 GROUP = "maserve_prefect.cost_models"
 

@@ -19,7 +19,7 @@ ready: what `MAServeTaskRunner` can report in a native run, so a replay of a nat
 Measured per op: ready / submitted / first token / completion and the model-availability delay
 of every ready op, split by what the pool looked like while it waited; per run: makespan,
 latencies, lifecycle actions and GPU-seconds per session (`pool.results`). The inputs,
-`Workflow` and `ExecOptions`, live in `pool.inputs`.
+`RootDag` and `ExecOptions`, live in `pool.inputs`.
 
 Ablations: `fusion=False` (every unit its own grant), `prefetch=False`, `coalesce=False`
 (per-workflow lifecycle: each root gets private copies of its deployments, so nothing is shared).
@@ -29,7 +29,7 @@ Examples:
     >>> from maserve_prefect.pool.window import WorkUnit
     >>> a = WorkUnit("r/a", "r", "Qwen3-0.6B", 100, 8, succs=("r/b",))
     >>> b = WorkUnit("r/b", "r", "Qwen3-0.6B", 100, 8, preds=("r/a",))
-    >>> res = run_pool([Workflow("r", 0.0, (a, b))], ["A100-40GB:0"], "joint")
+    >>> res = run_pool([RootDag("r", 0.0, (a, b))], ["A100-40GB:0"], "joint")
     >>> len(res.ops), [e.action for e in res.lifecycle], res.ops[1].chain
     (2, ['load'], 'r/a')
 """
@@ -54,7 +54,7 @@ from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.pool.control import DEFAULT_OUTPUT_LIMIT, PoolController
 from maserve_prefect.pool.handle import PoolHandle, SimPoolHandle
-from maserve_prefect.pool.inputs import REVEAL_MODES, ExecOptions, Workflow
+from maserve_prefect.pool.inputs import REVEAL_MODES, ExecOptions, RootDag
 from maserve_prefect.pool.results import OpResult, PoolRunResult
 from maserve_prefect.pool.snapshot import PlanOptions
 from maserve_prefect.pool.state import CostModel, RooflineCostModel
@@ -89,7 +89,7 @@ class _PoolRun:
 
     def __init__(
         self,
-        workflows: Sequence[Workflow],
+        workflows: Sequence[RootDag],
         clock: Clock,
         pool: PoolHandle,
         plan: Plan,
@@ -326,7 +326,7 @@ class _PoolRun:
 
 
 def _deployments(
-    workflows: Sequence[Workflow], given: Mapping[str, Deployment], options: ExecOptions
+    workflows: Sequence[RootDag], given: Mapping[str, Deployment], options: ExecOptions
 ) -> dict[str, Deployment]:
     """Every deployment the run needs, by the name units use (per root without coalescing)."""
     names = {u.deployment for wf in workflows for u in wf.units}
@@ -348,7 +348,7 @@ def _deployments(
 
 
 def run_pool(
-    workflows: Sequence[Workflow],
+    workflows: Sequence[RootDag],
     devices: Sequence[str],
     plan: str | Plan = "joint",
     *,

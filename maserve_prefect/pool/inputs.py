@@ -1,6 +1,6 @@
-"""What the pool executor is given: the workflows to run and the executor's options.
+"""What the pool executor is given: the roots to run and the executor's options.
 
-One idea: a pool run is fully described by its `Workflow`s (each root's DAG of `WorkUnit`s and
+One idea: a pool run is fully described by its `RootDag`s (each root's DAG of `WorkUnit`s and
 its arrival offset), the devices, the plan and `ExecOptions` — the ablation switches, the KV
 size of default deployments, the plan's knobs, a warm start, what plans know of a DAG (`reveal`)
 and the engine requests of units — so the same inputs give the same results. What each option
@@ -19,15 +19,16 @@ from dataclasses import dataclass
 from maserve_prefect.pool.window import WorkUnit
 from maserve_prefect.protocol.requests import Request
 
-__all__ = ["GIB", "REVEAL_MODES", "ExecOptions", "Workflow"]
+__all__ = ["GIB", "REVEAL_MODES", "ExecOptions", "RootDag"]
 
 GIB = 1 << 30
 REVEAL_MODES = ("arrival", "released")
 
 
 @dataclass(frozen=True, slots=True)
-class Workflow:
-    """One root: its DAG of model calls and its arrival offset (seconds after the run starts)."""
+class RootDag:
+    """One root: its DAG of model calls and its arrival offset (seconds after the run starts);
+    `name` is the workflow it is a root of."""
 
     root_id: str
     arrival_s: float

@@ -41,13 +41,13 @@ A warm pool (`cold=False`) drops the load terms (replicas may be resident at tim
 
 Examples:
     >>> from maserve_prefect.pool.window import WorkUnit
-    >>> from maserve_prefect.pool.inputs import Workflow
+    >>> from maserve_prefect.pool.inputs import RootDag
     >>> a = WorkUnit("r/a", "r", "Qwen3-0.6B", 100, 8, succs=("r/b",))
     >>> b = WorkUnit("r/b", "r", "Qwen3-0.6B", 100, 8, preds=("r/a",))
-    >>> lb = lower_bound([Workflow("r", 0.0, (a, b))], ["A100-40GB:0"])
+    >>> lb = lower_bound([RootDag("r", 0.0, (a, b))], ["A100-40GB:0"])
     >>> lb.bound_s == max(lb.critical_path_s, lb.capacity_s, lb.memory_time_s) > 30
     True
-    >>> lower_bound([Workflow("r", 0.0, (a, b))], ["A100-40GB:0"], cold=False).bound_s < 1
+    >>> lower_bound([RootDag("r", 0.0, (a, b))], ["A100-40GB:0"], cold=False).bound_s < 1
     True
 """
 
@@ -65,7 +65,7 @@ from maserve_prefect.pool.state import DeploymentInfo, deployment_info
 from maserve_prefect.pool.window import WorkUnit, topo_order
 
 if TYPE_CHECKING:
-    from maserve_prefect.pool.inputs import Workflow
+    from maserve_prefect.pool.inputs import RootDag
 
 GIB = 1 << 30
 
@@ -148,7 +148,7 @@ class _Dep:
 
 
 def _deps(
-    workflows: Sequence[Workflow],
+    workflows: Sequence[RootDag],
     gpus: Sequence[str],
     given: Mapping[str, Deployment],
     kv_cache_bytes: int,
@@ -170,7 +170,7 @@ def _deps(
     return out
 
 
-def _root_finish(wf: Workflow, deps: Mapping[str, _Dep]) -> tuple[float, dict[str, float]]:
+def _root_finish(wf: RootDag, deps: Mapping[str, _Dep]) -> tuple[float, dict[str, float]]:
     """(the root's critical-path end, per deployment its longest path of op floors)."""
     units = {u.unit_id: u for u in wf.units}
     finish: dict[str, float] = {}
@@ -193,7 +193,7 @@ def _root_finish(wf: Workflow, deps: Mapping[str, _Dep]) -> tuple[float, dict[st
 
 
 def lower_bound(
-    workflows: Sequence[Workflow],
+    workflows: Sequence[RootDag],
     devices: Sequence[str],
     *,
     deployments: Mapping[str, Deployment] | None = None,

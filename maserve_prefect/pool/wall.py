@@ -43,7 +43,7 @@ from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.errors import ConfigError, EngineError
 from maserve_prefect.pool.executor import _PoolRun
 from maserve_prefect.pool.handle import ResidentView
-from maserve_prefect.pool.inputs import ExecOptions, Workflow
+from maserve_prefect.pool.inputs import ExecOptions, RootDag
 from maserve_prefect.pool.results import PoolRunResult
 from maserve_prefect.pool.state import (
     CostModel,
@@ -220,7 +220,7 @@ class VLLMPoolHandle:
 
 
 def run_pool_vllm(
-    workflows: Sequence[Workflow],
+    workflows: Sequence[RootDag],
     pool: VLLMProcessPool,
     device_gpus: Mapping[str, str],
     deployments: Mapping[str, Deployment],
@@ -269,7 +269,7 @@ def run_pool_vllm(
 
 
 async def _run(
-    workflows: Sequence[Workflow],
+    workflows: Sequence[RootDag],
     pool: VLLMProcessPool,
     device_gpus: Mapping[str, str],
     deployments: Mapping[str, Deployment],

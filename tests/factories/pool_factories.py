@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.pool.fusion import fusible_chains
-from maserve_prefect.pool.inputs import Workflow
+from maserve_prefect.pool.inputs import RootDag
 from maserve_prefect.pool.snapshot import PlanOptions, PoolSnapshot
 from maserve_prefect.pool.state import (
     ActiveRequest,
@@ -155,7 +155,7 @@ def make_pool_snapshot(
     )
 
 
-def fork_join(root: str, arrival: float, models: tuple[str, str, str], seed: int) -> Workflow:
+def fork_join(root: str, arrival: float, models: tuple[str, str, str], seed: int) -> RootDag:
     """a -> b (same model, a fused chain) -> {c, d} -> e, with seeded sizes."""
     rng = random.Random(seed)
     m1, m2, m3 = models
@@ -178,7 +178,7 @@ def fork_join(root: str, arrival: float, models: tuple[str, str, str], seed: int
         )
         for n, m, ps, ss in shape
     )
-    return Workflow(root, arrival, units, "fork-join")
+    return RootDag(root, arrival, units, "fork-join")
 
 
 THREE_FORK_JOINS = (

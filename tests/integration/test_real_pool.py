@@ -11,7 +11,7 @@ from conftest import server_config
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.engines.vllm.pool import VLLMProcessPool
 from maserve_prefect.pool.executor import run_pool
-from maserve_prefect.pool.inputs import Workflow
+from maserve_prefect.pool.inputs import RootDag
 from maserve_prefect.pool.wall import run_pool_vllm
 from maserve_prefect.pool.window import WorkUnit
 
@@ -22,10 +22,10 @@ PLANNED = {"small": "Qwen3-0.6B", "mid": "Qwen3-4B", "big": "Qwen3-8B"}
 DEVICES = {"cpu0": "A100-40GB", "cpu1": "A100-40GB"}
 
 
-def _chain(root: str, deps: tuple[str, str], arrival_s: float) -> Workflow:
+def _chain(root: str, deps: tuple[str, str], arrival_s: float) -> RootDag:
     a = WorkUnit(f"{root}/a", root, deps[0], 64, 12, succs=(f"{root}/b",))
     b = WorkUnit(f"{root}/b", root, deps[1], 64, 9, preds=(f"{root}/a",))
-    return Workflow(root, arrival_s, (a, b))
+    return RootDag(root, arrival_s, (a, b))
 
 
 WORKFLOWS = [_chain("r0", ("small", "mid"), 0.0), _chain("r1", ("big", "small"), 0.0)]

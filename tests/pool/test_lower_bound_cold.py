@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from maserve_prefect.engines.catalog import get_gpu
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.pool.executor import run_pool
-from maserve_prefect.pool.inputs import Workflow
+from maserve_prefect.pool.inputs import RootDag
 from maserve_prefect.pool.lower_bound import load_time_s, lower_bound, op_floor_s
 from maserve_prefect.pool.state import deployment_info
 from maserve_prefect.pool.window import WorkUnit
@@ -24,8 +24,8 @@ def dep(model: str) -> Deployment:
     return Deployment(model, model, kv_cache_bytes=2 * GIB)
 
 
-def single(root: str, model: str, n_in: int = 100, n_out: int = 8, at: float = 0.0) -> Workflow:
-    return Workflow(root, at, (WorkUnit(f"{root}/a", root, model, n_in, n_out),))
+def single(root: str, model: str, n_in: int = 100, n_out: int = 8, at: float = 0.0) -> RootDag:
+    return RootDag(root, at, (WorkUnit(f"{root}/a", root, model, n_in, n_out),))
 
 
 def test_critical_path_waits_for_the_fastest_load_of_the_first_model() -> None:
@@ -45,7 +45,7 @@ def test_critical_path_waits_for_the_fastest_load_of_the_first_model() -> None:
 def test_a_later_model_on_the_path_waits_for_its_own_load_too() -> None:
     a = WorkUnit("r/a", "r", "Qwen3-0.6B", 100, 4, succs=("r/b",))
     b = WorkUnit("r/b", "r", "Qwen3-14B", 100, 4, preds=("r/a",))
-    lb = lower_bound([Workflow("r", 0.0, (a, b))], ["A100-40GB:0"])
+    lb = lower_bound([RootDag("r", 0.0, (a, b))], ["A100-40GB:0"])
     assert lb.critical_path_s >= load_time_s(dep("Qwen3-14B"), "A100-40GB")
 
 
@@ -72,7 +72,7 @@ def test_compute_bound_starts_no_earlier_than_the_first_load() -> None:
 
 
 @st.composite
-def workloads(draw: st.DrawFn) -> tuple[list[Workflow], list[str]]:
+def workloads(draw: st.DrawFn) -> tuple[list[RootDag], list[str]]:
     kinds = draw(st.lists(st.sampled_from(["A100-40GB", "V100-32GB"]), min_size=1, max_size=2))
     devices = [f"{g}:{i}" for i, g in enumerate(kinds)]
     wfs = []
@@ -95,13 +95,13 @@ def workloads(draw: st.DrawFn) -> tuple[list[Workflow], list[str]]:
                 )
             )
         at = draw(st.sampled_from([0.0, 0.0, 5.0, 60.0]))
-        wfs.append(Workflow(root, at, tuple(units)))
+        wfs.append(RootDag(root, at, tuple(units)))
     return wfs, devices
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
-def test_no_plan_ever_beats_the_bound(case: tuple[list[Workflow], list[str]]) -> None:
+def test_no_plan_ever_beats_the_bound(case: tuple[list[RootDag], list[str]]) -> None:
     wfs, devices = case
     lb = lower_bound(wfs, devices)
     for plan in PLANS:

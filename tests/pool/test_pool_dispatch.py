@@ -21,7 +21,7 @@ from maserve_prefect.pool.control import DEFAULT_OUTPUT_LIMIT, PoolController
 from maserve_prefect.pool.dispatch import sim_pool_dispatcher
 from maserve_prefect.pool.executor import run_pool
 from maserve_prefect.pool.handle import SimPoolHandle
-from maserve_prefect.pool.inputs import ExecOptions, Workflow
+from maserve_prefect.pool.inputs import ExecOptions, RootDag
 from maserve_prefect.pool.results import PoolRunResult
 from maserve_prefect.pool.state import RooflineCostModel
 from maserve_prefect.pool.window import WorkUnit
@@ -59,7 +59,7 @@ def test_the_executor_through_the_dispatcher_gives_the_results_it_gave_before(pl
 def test_arrival_and_released_reveal_agree_when_a_root_has_no_edges() -> None:
     """With only root units, "released" knows what "arrival" knows when it plans."""
     wfs = [
-        Workflow(r, 2.0 * i, tuple(WorkUnit(f"{r}/{k}", r, m, 300, 40) for k, m in enumerate(ms)))
+        RootDag(r, 2.0 * i, tuple(WorkUnit(f"{r}/{k}", r, m, 300, 40) for k, m in enumerate(ms)))
         for i, (r, ms) in enumerate((("a", ("Qwen3-8B", "Qwen3-1.7B")), ("b", ("Qwen3-4B",))))
     ]
     full = run_pool(wfs, TWO, "joint")

@@ -11,7 +11,7 @@ from pool_factories import POOL_PLANS, THREE_FORK_JOINS
 from maserve_prefect.dispatch.snapshot import Decisions, Snapshot, Unload
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.pool.executor import run_pool
-from maserve_prefect.pool.inputs import ExecOptions, Workflow
+from maserve_prefect.pool.inputs import ExecOptions, RootDag
 from maserve_prefect.pool.joint_plan import JointPlan
 from maserve_prefect.pool.lower_bound import lower_bound, op_floor_s
 from maserve_prefect.pool.results import PoolRunResult
@@ -26,7 +26,7 @@ TWO = ["V100-32GB:0", "A100-40GB:0"]
 THREE = list(THREE_FORK_JOINS)
 
 
-def check_complete(res: PoolRunResult, workflows: list[Workflow]) -> None:
+def check_complete(res: PoolRunResult, workflows: list[RootDag]) -> None:
     units = {u.unit_id: u for wf in workflows for u in wf.units}
     ops = {o.unit_id: o for o in res.ops}
     assert set(ops) == set(units)
@@ -67,7 +67,7 @@ def test_fused_ops_keep_their_own_completion_and_output_count() -> None:
     assert all(o.chain in ("", o.unit_id) for o in unfused.ops)
 
 
-def random_workflows(seed: int) -> list[Workflow]:
+def random_workflows(seed: int) -> list[RootDag]:
     rng = random.Random(seed)
     models = ("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B")
     out = []
@@ -87,7 +87,7 @@ def random_workflows(seed: int) -> list[Workflow]:
             )
             for i in range(n)
         )
-        out.append(Workflow(root, rng.uniform(0.0, 20.0), units))
+        out.append(RootDag(root, rng.uniform(0.0, 20.0), units))
     return out
 
 
@@ -114,7 +114,7 @@ def test_op_floor_is_below_the_simulated_runtime_of_a_lone_request() -> None:
 
 
 def test_per_workflow_lifecycle_loads_once_per_root_where_coalescing_loads_once() -> None:
-    wfs = [Workflow(r, 0.0, (WorkUnit(f"{r}/a", r, "Qwen3-0.6B", 100, 10),)) for r in ("r1", "r2")]
+    wfs = [RootDag(r, 0.0, (WorkUnit(f"{r}/a", r, "Qwen3-0.6B", 100, 10),)) for r in ("r1", "r2")]
     shared = run_pool(wfs, ["A100-40GB:0"], "joint")
     private = run_pool(wfs, ["A100-40GB:0"], "joint", options=ExecOptions(coalesce=False))
     assert shared.summary()["num_loads"] == 1
@@ -131,8 +131,8 @@ def test_prefetch_can_be_switched_off() -> None:
 
 
 def test_availability_delay_is_split_into_no_load_and_ongoing_load() -> None:
-    big = Workflow("big", 0.0, (WorkUnit("big/a", "big", "Qwen3-14B", 100, 400),))
-    small = Workflow("small", 1.0, (WorkUnit("small/a", "small", "Qwen3-8B", 100, 10),))
+    big = RootDag("big", 0.0, (WorkUnit("big/a", "big", "Qwen3-14B", 100, 400),))
+    small = RootDag("small", 1.0, (WorkUnit("small/a", "small", "Qwen3-8B", 100, 10),))
     res = run_pool([big, small], ["A100-40GB:0"], "joint")
     ops = {o.unit_id: o for o in res.ops}
     costs = RooflineCostModel(2 * GIB)
@@ -182,16 +182,16 @@ def test_a_plan_that_reclaims_a_leased_replica_stops_the_run() -> None:
 
 
 def test_bad_inputs_are_config_errors() -> None:
-    huge = Workflow("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-32B", 10, 10),))
+    huge = RootDag("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-32B", 10, 10),))
     with pytest.raises(ConfigError, match="fits no device"):
         run_pool([huge], ["V100-32GB:0"])
-    dup = Workflow("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-0.6B", 10, 10),) * 2)
+    dup = RootDag("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-0.6B", 10, 10),) * 2)
     with pytest.raises(ConfigError, match="unique"):
         run_pool([dup], ["V100-32GB:0"])
 
 
 def test_a_warm_pool_serves_at_once_and_counts_time_from_the_warm_start() -> None:
-    wf = Workflow("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-0.6B", 100, 10),))
+    wf = RootDag("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-0.6B", 100, 10),))
     warm = ExecOptions(warm=(("Qwen3-0.6B", "A100-40GB:0"),))
     res = run_pool([wf], ["A100-40GB:0"], "joint", options=warm)
     assert res.lifecycle == () and res.ops[0].submitted_s == res.start_s > 0

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from maserve_prefect.pool.inputs import GIB, REVEAL_MODES, ExecOptions, Workflow
+from maserve_prefect.pool.inputs import GIB, REVEAL_MODES, ExecOptions, RootDag
 from maserve_prefect.pool.window import WorkUnit
 
 
@@ -18,7 +18,7 @@ def test_defaults_are_the_full_joint_runtime() -> None:
 
 
 def test_inputs_are_frozen() -> None:
-    wf = Workflow("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-0.6B", 10, 2),))
+    wf = RootDag("r", 0.0, (WorkUnit("r/a", "r", "Qwen3-0.6B", 10, 2),))
     with pytest.raises(dataclasses.FrozenInstanceError):
         wf.arrival_s = 1.0  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):

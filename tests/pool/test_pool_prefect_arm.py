@@ -28,7 +28,7 @@ from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.pool.control import PoolController
 from maserve_prefect.pool.dispatch import sim_pool_dispatcher
 from maserve_prefect.pool.executor import run_pool
-from maserve_prefect.pool.inputs import ExecOptions, Workflow
+from maserve_prefect.pool.inputs import ExecOptions, RootDag
 from maserve_prefect.pool.results import PoolRunResult
 from maserve_prefect.pool.state import RooflineCostModel
 from maserve_prefect.pool.window import WorkUnit
@@ -73,7 +73,7 @@ def native_arm(monkeypatch: pytest.MonkeyPatch) -> Iterator[NativeArm]:
     yield run
 
 
-def model_workflows(trace: Trace) -> list[Workflow]:
+def model_workflows(trace: Trace) -> list[RootDag]:
     """The trace's model ops as pool units; edges through non-model ops collapse into
     model-to-model edges (state edges, added while ops ran, are not runner edges)."""
     ops = {o.op_id: o for o in trace.ops}
@@ -96,7 +96,7 @@ def model_workflows(trace: Trace) -> list[Workflow]:
     preds = {o.op_id: model_preds(o) for o in model}
     succs = {o.op_id: tuple(sorted(u for u, ps in preds.items() if o.op_id in ps)) for o in model}
     return [
-        Workflow(
+        RootDag(
             r.root_id,
             r.arrival_s,
             tuple(

@@ -1,7 +1,7 @@
 """The heterogeneous-GPU pool suite: recorded multi-agent work, every pool plan, the paper's goals.
 
 One idea: the *work* is fixed per run seed — native simulator traces of the suite's workflows
-(`pool.workload`), recorded once and cached — and every arm (a pool plan, its cost
+(`pool.recorded`), recorded once and cached — and every arm (a pool plan, its cost
 predictor, its ablation switches) runs that same work with the same arrivals on the same pool
 (`pool.executor.run_pool`); only lifecycle and placement decisions differ. The suite then
 reports, per arrival pattern, what was achieved next to the goals (`bench.pool.tables`).
@@ -30,14 +30,14 @@ from maserve_prefect.bench.report import ProgressFn
 from maserve_prefect.pool.costs import cost_model_source
 from maserve_prefect.pool.executor import run_pool
 from maserve_prefect.pool.lower_bound import lower_bound
-from maserve_prefect.pool.state import CostModel
-from maserve_prefect.pool.workload import (
+from maserve_prefect.pool.recorded import (
     ARRIVAL_SEED,
     POOL_MODELS,
     RootWork,
-    build_workload,
-    workload_roots,
+    build_root_dags,
+    recorded_roots,
 )
+from maserve_prefect.pool.state import CostModel
 
 
 def path_label(models: Sequence[str]) -> str:
@@ -96,7 +96,7 @@ def run_pool_suite(
     for run in range(sc.runs):
         t1 = time.perf_counter()
         traces = record_traces(suite.workflows, sc.sessions_per_workflow, ARRIVAL_SEED + run)
-        by_run.append(workload_roots(traces))
+        by_run.append(recorded_roots(traces))
         out.seconds[f"record_run{run}"] = time.perf_counter() - t1
         out.paths[run] = {r.root_id: path_label(r.models) for r in by_run[-1]}
         out.workload += _workload_rows(run, by_run[-1])
@@ -107,7 +107,7 @@ def run_pool_suite(
     total, done = sc.runs * len(patterns) * len(arms), 0
     for run, roots in enumerate(by_run):
         for pname in patterns:
-            workflows = build_workload(roots, suite.arrivals[pname].pattern(), run)
+            workflows = build_root_dags(roots, suite.arrivals[pname].pattern(), run)
             out.lower_bounds[(pname, run)] = lower_bound(workflows, devices).bound_s
             for arm in arms:
                 a = suite.arms[arm]

@@ -38,7 +38,7 @@ from pydantic import Field, model_validator
 from maserve_prefect.bench.suite_base import FrozenModel, SuiteBase
 from maserve_prefect.pool.costs import TrainingSpec
 from maserve_prefect.pool.inputs import ExecOptions
-from maserve_prefect.pool.workload import ArrivalPattern
+from maserve_prefect.pool.recorded import ArrivalPattern
 
 Axes = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 

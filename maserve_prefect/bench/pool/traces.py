@@ -3,7 +3,7 @@
 One idea: the *work* a pool suite schedules is recorded by native runs (Prefect flows on the
 simulator, through `taskrunner.native.run_native`) and kept on disk keyed by everything that
 could change it, so every arm and every later suite run schedules exactly the same work.
-`pool.workload` turns the traces into units and arrivals.
+`pool.recorded` turns the traces into units and arrivals.
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ import pytest
 
 from maserve_prefect.bench.pool.traces import record_traces
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.pool.workload import (
+from maserve_prefect.pool.recorded import (
     POOL_MODELS,
     WORKFLOWS,
     ArrivalPattern,
     RootWork,
-    build_workload,
+    build_root_dags,
     convert_trace,
     session_key,
 )
@@ -178,11 +178,11 @@ def _roots(n: int) -> list[RootWork]:
 
 def test_arrivals_are_seeded_by_run() -> None:
     roots = _roots(9)
-    burst = build_workload(roots, ArrivalPattern("burst"), run=0)
+    burst = build_root_dags(roots, ArrivalPattern("burst"), run=0)
     assert [wf.arrival_s for wf in burst] == [0.0] * 9
-    p0 = build_workload(roots, ArrivalPattern("poisson", 0.15), run=0)
-    assert p0 == build_workload(roots, ArrivalPattern("poisson", 0.15), run=0)
-    p1 = build_workload(roots, ArrivalPattern("poisson", 0.15), run=1)
+    p0 = build_root_dags(roots, ArrivalPattern("poisson", 0.15), run=0)
+    assert p0 == build_root_dags(roots, ArrivalPattern("poisson", 0.15), run=0)
+    p1 = build_root_dags(roots, ArrivalPattern("poisson", 0.15), run=1)
     times = [wf.arrival_s for wf in p0]
     assert times[0] == 0.0 and times == sorted(times) and times != [wf.arrival_s for wf in p1]
     # mean gap near 1 / rate (n = 9 is small: a loose band, still fails for a wrong rate)

@@ -1,9 +1,9 @@
-"""Native traces as pool workloads: recorded work → `Workflow`s of `WorkUnit`s with arrivals.
+"""Recorded roots as pool work: native traces → `RootDag`s of `WorkUnit`s with arrivals.
 
 One idea: the *work* is recorded once — a native simulator run of a workflow (`run_native`) for
 a seed fixes every model call's input and output length and every dependency — and a pool
 experiment only varies lifecycle and placement. So each root of a trace becomes one pool
-`Workflow`: its model ops become `WorkUnit`s, and its non-model ops (tools, transforms, state
+`RootDag`: its model ops become `WorkUnit`s, and its non-model ops (tools, transforms, state
 reads and writes) are collapsed into edges. A model op waits for every model op it reaches
 backwards through required dependencies whose intermediate ops are all non-model
 (`collapsed_preds`), so the units' DAG has exactly the trace's model-to-model reachability.
@@ -31,10 +31,10 @@ replicas (`run_pool` builds a default deployment per model name). Keys of `ROLE_
 op's session within its root with iteration suffixes dropped (`repair#1.repairer` →
 `repair.repairer`), so every iteration of a loop maps alike.
 
-Sessions: `record_traces` realizes `users` roots per workflow for one seed (cached on disk, as
-JSON, under `$MASERVE_HOME/pool_traces/`); `build_workload` interleaves the roots of several
-workflows in a seeded order and gives them arrival offsets from an `ArrivalPattern` — burst (all
-at 0) or Poisson at a rate with seed `42 + run`.
+Sessions: `bench.pool.traces.record_traces` realizes `users` roots per workflow for one seed
+(cached on disk, as JSON, under `$MASERVE_HOME/pool_traces/`); `build_root_dags` interleaves the
+roots of several workflows in a seeded order and gives them arrival offsets from an
+`ArrivalPattern` — burst (all at 0) or Poisson at a rate with seed `42 + run`.
 
 Examples:
     >>> from maserve_prefect.trace.model import Dep, EdgeKind, Manifest, OpKind, OpRecord, Trace
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.pool.inputs import Workflow
+from maserve_prefect.pool.inputs import RootDag
 from maserve_prefect.pool.window import WorkUnit
 from maserve_prefect.trace.model import OpKind, OpRecord, OpStatus, Trace
 from maserve_prefect.workloads.arrivals import BurstArrivals, PoissonArrivals
@@ -102,9 +102,9 @@ class RootWork:
     num_folded_ops: int
     folded_delay_s: float
 
-    def at(self, arrival_s: float) -> Workflow:
-        """This root as a pool `Workflow` arriving `arrival_s` after the run starts."""
-        return Workflow(self.root_id, arrival_s, self.units, self.workflow)
+    def at(self, arrival_s: float) -> RootDag:
+        """This root as a pool `RootDag` arriving `arrival_s` after the run starts."""
+        return RootDag(self.root_id, arrival_s, self.units, self.workflow)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -315,12 +315,12 @@ def session_order(roots: Sequence[RootWork], seed: int) -> list[RootWork]:
     return [ordered[i] for i in perm]
 
 
-def build_workload(roots: Sequence[RootWork], pattern: ArrivalPattern, run: int) -> list[Workflow]:
+def build_root_dags(roots: Sequence[RootWork], pattern: ArrivalPattern, run: int) -> list[RootDag]:
     """Pool workflows: `roots` in the seeded order of run `run`, timed by `pattern`.
 
     Examples:
         >>> u = WorkUnit("w/r/a", "w/r", "Qwen3-0.6B", 10, 5)
-        >>> [wf.arrival_s for wf in build_workload([RootWork("w/r", "w", (u,), 0, 0.0)],
+        >>> [wf.arrival_s for wf in build_root_dags([RootWork("w/r", "w", (u,), 0, 0.0)],
         ...                                        ArrivalPattern("burst"), 0)]
         [0.0]
     """
@@ -329,6 +329,6 @@ def build_workload(roots: Sequence[RootWork], pattern: ArrivalPattern, run: int)
     return [r.at(t) for r, t in zip(ordered, times, strict=True)]
 
 
-def workload_roots(traces: Mapping[str, Trace]) -> list[RootWork]:
+def recorded_roots(traces: Mapping[str, Trace]) -> list[RootWork]:
     """Every root of every workflow's trace as pool work (workflow order, then root id)."""
     return [w for name, trace in traces.items() for w in convert_trace(trace, name)]
