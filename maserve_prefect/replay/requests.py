@@ -55,7 +55,6 @@ from maserve_prefect.engines.sim.step.records import SERIES
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.protocol.requests import Request
-from maserve_prefect.protocol.state import Lifecycle
 from maserve_prefect.trace.model import OpKind, OpRecord, Trace
 
 POLICIES = ("arrival",)
@@ -200,16 +199,7 @@ def replay_requests(
     if policy not in POLICIES:
         raise ConfigError(f"unknown release policy {policy!r}; request-level replay has {POLICIES}")
     clock = pool.clock
-    replicas = [
-        p.engine
-        for p in pool.pool_replicas()
-        if p.deployment.name == deployment and p.status is Lifecycle.READY
-    ]
-    if not replicas:
-        raise ConfigError(
-            f"the pool has no READY replica of {deployment!r}; load one and run the clock until "
-            "its load ticket completes"
-        )
+    replicas = pool.ready_replicas(deployment)
     arrivals = {r.root_id: r.arrival_s for r in trace.roots}
     model_ops = [op for op in trace.ops if op.kind is OpKind.MODEL]
     if not model_ops:

@@ -67,7 +67,6 @@ from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.protocol.requests import Request
-from maserve_prefect.protocol.state import Lifecycle
 from maserve_prefect.protocol.views import WaitingRequest
 from maserve_prefect.replay.session_results import SessionReplayResult, SessionResult, TurnResult
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
@@ -122,17 +121,7 @@ CompleteHook = Callable[[Session, Turn, TurnResult], None]
 
 def _target_replicas(target: SimPool | Sequence[SimReplica], deployment: str) -> list[SimReplica]:
     if isinstance(target, SimPool):
-        reps = [
-            p.engine
-            for p in target.pool_replicas()
-            if p.deployment.name == deployment and p.status is Lifecycle.READY
-        ]
-        if not reps:
-            raise ConfigError(
-                f"the pool has no READY replica of {deployment!r}; load one and run the clock "
-                "until its load ticket completes"
-            )
-        return sorted(reps, key=lambda r: r.name)
+        return target.ready_replicas(deployment)
     reps = list(target)
     if not reps:
         raise ConfigError("replay_sessions needs at least one replica")

@@ -68,6 +68,27 @@ class PoolViews:
         """Every replica ever created (unloaded ones included), in creation order."""
         return list(self._replicas.values())
 
+    def ready_replicas(self, deployment: str) -> list[SimReplica]:
+        """Engines of the READY replicas of `deployment`, by name (what a replay drives).
+
+        Raises:
+            ConfigError: none is READY (the message says how to get one).
+        """
+        reps = sorted(
+            (
+                p.engine
+                for p in self._replicas.values()
+                if p.deployment.name == deployment and p.status is Lifecycle.READY
+            ),
+            key=lambda r: r.name,
+        )
+        if not reps:
+            raise ConfigError(
+                f"the pool has no READY replica of {deployment!r}; load one and run the clock "
+                "until its load ticket completes"
+            )
+        return reps
+
     def replica(self, name: str) -> SimReplica:
         return self._entry(name).engine
 
