@@ -36,7 +36,7 @@ window + predictions) that commits only what can start now, and every event repl
 Every load, reclaim and request goes through `MemoryLedger.fits` at every predicted transition,
 victims are lease-free and idle, and committed work (requests in flight, granted chains) is never
 moved or reclaimed — so replanning after an early or late completion keeps it. A call's working
-state and supply model are a `plan_round.Round`; its input is a `pool_snapshot.PoolSnapshot`.
+state and supply model are a `plan_round.Round`; its input is a `pool.snapshot.PoolSnapshot`.
 
 Examples:
     >>> from maserve_prefect.dispatch.plans import get_plan

@@ -203,7 +203,7 @@ def lower_bound(
     """The makespan lower bound of running `workflows` on `devices` (module docstring).
 
     Args:
-        workflows: roots with DAGs and arrival offsets (as `pool_exec.run_pool` takes them).
+        workflows: roots with DAGs and arrival offsets (as `pool.executor.run_pool` takes them).
         devices: device names; a deployment counts only on devices it fits.
         deployments: deployment configs by name (default: the model of that name with
             `kv_cache_bytes` of KV, as `run_pool` builds them).

@@ -17,7 +17,7 @@ process per replica) into the handle the controller applies decisions to, on one
   exercising the same decisions. Predicted times come from the same catalog entries; they are
   not calibrated to the host and only order the plan's choices.
 
-`run_pool_vllm` runs `pool_exec`'s executor (the same `_PoolRun`, dispatcher and controller as the
+`run_pool_vllm` runs `pool.executor`'s executor (the same `_PoolRun`, dispatcher and controller as the
 simulated pool) on a `WallClock` over such a handle, from a cold pool, and returns the same
 `PoolRunResult` (without the simulator's GPU-second split). Any error — a failed load, a plan
 breaking a rule, a callback raising — stops the run and is raised; servers are left to the

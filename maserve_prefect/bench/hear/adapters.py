@@ -62,7 +62,7 @@ from maserve_prefect.protocol.outcomes import Outcome, Ticket
 from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.state import ResidencyView
 from maserve_prefect.protocol.subjects import ContextRef
-from maserve_prefect.protocol.views import SessionView, WaitingRequest
+from maserve_prefect.protocol.views import SessionView, WaitingRequest, fcfs_order
 from maserve_prefect.replay.session_results import TurnResult
 from maserve_prefect.replay.sessions import QueuedTurn
 from maserve_prefect.workloads.sessions import Session, Turn
@@ -181,7 +181,10 @@ class PolicyOrder:
         rec = self.recorder
         if self.max_in_flight is not None and len(queued) <= self._room():
             # every waiting turn is submitted now whatever the order: skip the photograph
-            return [q.request_id for q in sorted(queued, key=lambda q: (q.arrival_s, q.request_id))]
+            return [
+                q.request_id
+                for q in fcfs_order(queued, lambda q: q.arrival_s, lambda q: q.request_id)
+            ]
         if self.reads_residency:
             with rec.measure(Op.KV_STATE_UPDATE):
                 residency = self.residency()

@@ -1,10 +1,10 @@
 """`SimReplica`: one simulated vLLM-v1 deployment — the `Replica` protocol over a step loop.
 
-The step loop, fast-forwarded runs and the event log live in `replica_loop.py` (`ReplicaLoop`,
+The step loop, fast-forwarded runs and the event log live in `loop.py` (`ReplicaLoop`,
 this class's base); here is what the outside sees: submission and admission checks, `state()`,
 the HEAR side and the lifecycle hooks a Pool drives.
 
-HEAR (`hear_resolve.py`, `hear_side.py`): controls are resolved by `protocol.force.resolve` against
+HEAR (`hear/resolve.py`, `hear/side.py`): controls are resolved by `protocol.force.resolve` against
 `hear_capabilities()` — every HEAR control is supported (`Priority` only under the priority
 policy; cache controls while prefix caching is on; the CPU tier with a host tier). Cache controls
 also go through `control(controls)` outside a submission, and `hear_state()` reports residency
@@ -225,7 +225,7 @@ class SimReplica(ReplicaLoop):
 
     def subscribe_residency(self) -> ResidencyFeed:
         """A feed of this replica's KV residency changes from now on, starting with what is
-        resident now (`hear_side.ResidencyFeed`): the simulator's KV events."""
+        resident now (`hear.side.ResidencyFeed`): the simulator's KV events."""
         return self.hear.subscribe_residency()
 
     def kv_effect(self, fn: Callable[[], None]) -> None:

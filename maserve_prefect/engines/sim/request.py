@@ -18,7 +18,7 @@ token: two requests share block j exactly when their hash ids agree up to `last`
 `place(hash((UNIQUE, seq)), j)`, where `seq` is a per-replica admission counter.
 `place(key, j) = splitmix64(key) + j` (mod 2**64): a well-mixed base per key, and consecutive
 blocks of one key get consecutive hashes, so their slots in the KV cache's hash table (the low
-bits, `kv_index.py`) are consecutive too and indexing a prompt touches a few cache lines per
+bits, `kv/hash_index.py`) are consecutive too and indexing a prompt touches a few cache lines per
 prefix block, not one per block; keys differ in all bits, so distinct (key, j) pairs collide no
 more often than random 64-bit values. Bases are computed once per prefix block, hashes for whole
 ranges of blocks in numpy; only ints and tuples of ints are hashed, so hashes are stable across

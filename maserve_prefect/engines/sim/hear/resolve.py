@@ -1,6 +1,6 @@
 """The judging half of the simulator's HEAR side: which controls a replica honours, and why not.
 
-One idea: `HearResolver` (the base of `hear_side.SimHear`) answers the way
+One idea: `HearResolver` (the base of `hear.side.SimHear`) answers the way
 `protocol.fake.ReferenceEngine` does — `protocol.force.resolve` against the replica's
 `HearCapabilities` — and then checks what the KV state allows, for the control resolve chose
 (fallbacks are chosen by support, not re-chosen here):
@@ -115,7 +115,7 @@ def submit_notes(res: Resolution) -> tuple[str, ...]:
 class HearResolver:
     """Judges controls for one replica (see the module docstring); applies nothing.
 
-    The base of `hear_side.SimHear`, whose constructor sets the attributes declared here.
+    The base of `hear.side.SimHear`, whose constructor sets the attributes declared here.
     """
 
     rep: HearHost

@@ -7,7 +7,7 @@ One idea: a `SimReplica` answers every control the way `protocol.fake.ReferenceE
 (`host_tier.py`) in a transfer that occupies the replica between steps.
 
 Judging a control — `resolve` plus the checks of what the KV state allows, and a submission's
-`SubmitPlan` — is `hear_resolve.HearResolver`, the base of `SimHear`; here is what applies the
+`SubmitPlan` — is `hear.resolve.HearResolver`, the base of `SimHear`; here is what applies the
 honoured ones, keeps the tiers and pins in step with the KV cache (its hooks), and reports state.
 Honoured preferences that apply to part of their blocks are recorded in `effects` (one
 `CacheEffect` per applied cache control).

@@ -2,8 +2,8 @@
 retention pins, following vLLM v1's `BlockPool` + `FreeKVCacheBlockQueue`.
 
 Free blocks sit in an LRU queue: taking a block pops the front and evicts that block's hash if
-it had one (the `HashIndex` of `kv_index.py`, which the pool owns and the prefix cache layered on
-it, `kv_prefix_cache.py`, queries); a prefix hit on a free cached block "touches" it (takes it out
+it had one (the `HashIndex` of `kv/hash_index.py`, which the pool owns and the prefix cache layered on
+it, `kv/prefix_cache.py`, queries); a prefix hit on a free cached block "touches" it (takes it out
 of the queue). Freed blocks join the tail in the order given.
 
 The speed idea: the queue holds whole *segments* (one numpy array of block ids per `free` call)
@@ -45,7 +45,7 @@ NO_BLOCKS = np.zeros(0, dtype=np.int64)  # shared empty result (never written)
 class BlockPool:
     """Reference counts, the LRU free queue and pins of `num_blocks` KV blocks.
 
-    The base of `PrefixCache` (`kv_prefix_cache.py`) and `KVCacheManager` (`kv_cache.py`), which
+    The base of `PrefixCache` (`kv/prefix_cache.py`) and `KVCacheManager` (`kv/manager.py`), which
     take and free blocks through `_pop_free` / `_pop_free_array` and `_push_free`.
 
     Args:
@@ -57,7 +57,7 @@ class BlockPool:
         self.ref_cnt = np.zeros(num_blocks, dtype=np.int64)
         self._idx = HashIndex(num_blocks)  # hash <-> block of the cached blocks
         self.max_queue_entries = 2 * num_blocks + 64  # then `_compact_queue`
-        # HEAR hooks (`kv_cache.py`); None / zero while unused
+        # HEAR hooks (`kv/manager.py`); None / zero while unused
         self.on_evict: Callable[[list[int]], None] | None = None
         self.pin_level = np.zeros(num_blocks, dtype=np.int8)  # NONE / SOFT / HARD
         self.pin_prio = np.zeros(num_blocks, dtype=np.float64)

@@ -1,8 +1,8 @@
 """Paged KV cache with prefix caching, following vLLM v1's `KVCacheManager`: per-request block
 tables over a prefix cache over a block pool.
 
-Three layers, one concept each: `BlockPool` (`kv_block_pool.py`) holds reference counts, the LRU
-free queue and retention pins; `PrefixCache` (`kv_prefix_cache.py`) hashes full blocks and looks
+Three layers, one concept each: `BlockPool` (`kv/block_pool.py`) holds reference counts, the LRU
+free queue and retention pins; `PrefixCache` (`kv/prefix_cache.py`) hashes full blocks and looks
 prompts up; `KVCacheManager` (here) gives each request its block table and allocates for it.
 A finished or preempted request frees its blocks in *reverse* order, so its tail blocks are
 evicted first and its hashed blocks stay reusable until evicted. "Doesn't fit" is a value:
@@ -10,7 +10,7 @@ evicted first and its hashed blocks stay reusable until evicted. "Doesn't fit" i
 is an array (`BlockTable`), so no list is built or converted on allocation or free.
 `usage = 1 - free / num_blocks` (`vllm:kv_cache_usage_perc`).
 
-HEAR hooks (`hear_side.py`), all inert until used, so the default path is vLLM's exactly:
+HEAR hooks (`hear/side.py`), all inert until used, so the default path is vLLM's exactly:
 - retention pins (`retention.py`, kept by `BlockPool`): per-block pin levels; while any pinned
   block is free, taking free blocks follows the retention rule (`_pop_pinned`), and
   requirement-pinned free blocks do not count in `num_free_blocks` / `usage` (they cannot be

@@ -2,11 +2,11 @@
 vLLM v1's prefix cache (`BlockPool.cache_full_blocks`, `KVCacheManager.get_computed_blocks`).
 
 Blocks carry, once full, a chained hash (see `request.py`), cached in the pool's `HashIndex`
-(`kv_index.py`): numpy arrays per block plus a direct-mapped table, so hashing or looking up a
+(`kv/hash_index.py`): numpy arrays per block plus a direct-mapped table, so hashing or looking up a
 prompt's blocks is vectorized, and eviction is one array write. A lookup hits at most
 `num_tokens - 1` tokens, so at least one token is always computed. A duplicate of a cached block
 stays uncached (vLLM keeps one). Hashed blocks stay cached while free, until the pool evicts them
-(`kv_block_pool.py`).
+(`kv/block_pool.py`).
 
 The speed idea: lookups ask the index only about blocks that may be cached: a prompt given as
 prefix-block hashes derives each block hash from its prefix key, and the index keeps the keys any
@@ -56,7 +56,7 @@ class BlockRange(NamedTuple):
 class PrefixCache(BlockPool):
     """Block hashes, prefix lookups and the prefix-cache counters over a `BlockPool`.
 
-    The base of `KVCacheManager` (`kv_cache.py`), which hashes a request's blocks as they fill
+    The base of `KVCacheManager` (`kv/manager.py`), which hashes a request's blocks as they fill
     (`_cache_full_blocks`) and takes the blocks a lookup hit.
 
     Args:
@@ -81,7 +81,7 @@ class PrefixCache(BlockPool):
         # count of hashing calls that cached shareable (cross-request) hashes
         self._lookups: dict[int, tuple[int, np.ndarray]] = {}
         self._epoch = 0
-        # HEAR hooks (`kv_cache.py`); None while unused
+        # HEAR hooks (`kv/manager.py`); None while unused
         self.host: HostTier | None = None
         self.on_cache: Callable[[np.ndarray, np.ndarray], None] | None = None
         self._host_pending: tuple[SimRequest, list[int]] | None = None

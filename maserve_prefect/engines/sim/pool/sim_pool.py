@@ -18,7 +18,7 @@ Rules callers rely on:
 
 Exports: `lifecycle_log` (one `LifecycleRecord` per executed action); the views (`memory`,
 `replicas`, ...) and the other exports (`device_time()`, `memory_timeline(device)`, `timelines()`,
-`step_rows()`) read the pool's tables and live in the base class, `PoolViews` (`pool_views.py`).
+`step_rows()`) read the pool's tables and live in the base class, `PoolViews` (`pool/views.py`).
 An optional event `log` receives the replicas' request events and the pool's lifecycle events
 `(t, event, replica, level)`: `load`/`ready`, `sleep`/`asleep`, `wake`/`awake`,
 `unload`/`unloaded`.

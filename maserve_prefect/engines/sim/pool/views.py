@@ -2,7 +2,7 @@
 
 One idea: everything here reads the pool's tables — device slots, registered deployments, every
 replica ever created (`PoolReplica`, unloaded ones included) and each device's memory series —
-and changes nothing. The lifecycle actions of `SimPool` (`pool.py`, this class's subclass) are
+and changes nothing. The lifecycle actions of `SimPool` (`sim_pool.py`, this class's subclass) are
 what change those tables; `SimPool.__init__` builds them.
 
 Exports: `device_time()` (device time split, `device_time.py`), `memory_timeline(device)`, each

@@ -11,7 +11,7 @@ lookup precedes the first allocation, and the first request that cannot allocate
 behind it (head-of-line blocking). The output is a plain record of decisions and never aliases
 live state; `update_from_output` advances computed tokens, samples tokens and finishes requests.
 
-HEAR's request-scoped controls (`hear_resolve.py`) change only the waiting order, and leave it as
+HEAR's request-scoped controls (`hear/resolve.py`) change only the waiting order, and leave it as
 above while no request uses them: a *protected* request (its `MaxWait` ran out) waits ahead of
 every unprotected one, protected ones by arrival (longest wait first); among the unprotected, a
 lower `ordering_key` goes first (after priority under the priority policy; the heap key becomes
