@@ -52,11 +52,12 @@ from maserve_prefect.protocol.controls import (
     CacheRetain,
     Control,
     ExecutionMode,
+    Force,
     MaxWait,
     OrderingKey,
     Priority,
 )
-from maserve_prefect.protocol.force import Resolution
+from maserve_prefect.protocol.force import Dropped, Resolution, Unsatisfied
 from maserve_prefect.protocol.intents import Intent, IntentMessage
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
@@ -174,8 +175,7 @@ class SimReplica(ReplicaLoop):
             if max_wait_s == 0:
                 sreq.protected = True
             else:
-                t = sreq.arrival_s + max_wait_s
-                self.clock.call_at(t, lambda: self._protect(sreq), URGENT, f"max_wait {sreq.seq}")
+                self._protect_at(sreq, sreq.arrival_s + max_wait_s)
         if cache:
             self.kv_effect(lambda: self._hx.prepares.extend(self.hear.apply_cache(cache)))
 
@@ -234,6 +234,67 @@ class SimReplica(ReplicaLoop):
         self._materialize()
         fn()
         self._kick()
+
+    def update(self, request_id: str, controls: Sequence[Control]) -> Resolution:
+        """Request-scoped controls for a request already accepted — HEAR's subsequent updates
+        (a harness refreshing priorities from residency, a Guard sent after submission).
+
+        Resolved by the force rules as a submission's are; nothing is applied if a requirement
+        is unsatisfied. A new `Priority` / `OrderingKey` re-queues the request if it still
+        waits (its arrival keeps breaking ties); a `MaxWait` protects it once it has waited that
+        long since its arrival (at once if it already has). A request that is not waiting or
+        running here (unknown, finished) leaves every control unsatisfied or dropped, naming it.
+
+        Examples:
+            >>> from maserve_prefect.clock.kernel import Kernel
+            >>> from maserve_prefect.engines.sim.step.scheduler import Policy, SchedulerConfig
+            >>> from maserve_prefect.protocol.controls import Priority
+            >>> rep = SimReplica(Kernel(), None, num_gpu_blocks=8,  # type: ignore[arg-type]
+            ...                  config=SchedulerConfig(policy=Policy.PRIORITY))
+            >>> rep.update("nope", [Priority(1)]).dropped[0].reason
+            "request 'nope' is not waiting or running on replica-0"
+        """
+        sreq = self._by_id.get(request_id)
+        if sreq is None or sreq.status.is_finished:
+            why = f"request {request_id!r} is not waiting or running on {self.name}"
+            return Resolution(
+                (),
+                dropped=tuple(Dropped(c, why) for c in controls if c.force is Force.PREFERENCE),
+                unsatisfied=tuple(
+                    Unsatisfied(c, why) for c in controls if c.force is not Force.PREFERENCE
+                ),
+            )
+        res = self.hear.resolve(controls, request_scoped=True)
+        if res.unsatisfied:
+            return res
+        self._materialize()  # the new order applies from now on, as under stepping
+        prio = res.honoured_of(Priority)
+        keys = res.honoured_of(OrderingKey)
+        if sreq.seq not in self.scheduler.by_seq:  # accepted, arriving this instant
+            if prio:
+                sreq.priority = prio[-1].value
+            if keys:
+                sreq.ordering_key = keys[-1].key
+        elif prio or keys:
+            self.scheduler.reprioritize(
+                sreq, prio[-1].value if prio else None, keys[-1].key if keys else None
+            )
+        waits = res.honoured_of(MaxWait)
+        if waits:
+            self._protect_at(sreq, sreq.arrival_s + waits[-1].max_wait_s)
+        self._kick()
+        return res
+
+    def _protect_at(self, sreq: SimRequest, t: float) -> None:
+        """Protect `sreq` at `t` (now, if `t` has passed; at its arrival if it has not
+        arrived yet, as a `MaxWait` of 0 sent with the submission is)."""
+        if t <= self.clock.now():
+            if sreq.seq not in self.scheduler.by_seq:
+                sreq.protected = True
+                return
+            self._protect(sreq)
+            return
+        self.clock.call_at(t, lambda: self._protect(sreq), URGENT, f"max_wait {sreq.seq}")
 
     def _protect(self, sreq: SimRequest) -> None:
         if sreq.status.is_finished:

@@ -19,6 +19,13 @@ lower `ordering_key` goes first (after priority under the priority policy; the h
 inserted behind every waiting request whose key is not larger, so keys all 0 keep arrival
 order; preempted requests still go to the front of the unprotected ones (vLLM). The priority
 policy's preemption victim is the max of `(priority, ordering_key, arrival, seq)`.
+
+Protection is HEAR's Guard-W requirement: a protected request is neither bypassed (it waits
+ahead of every unprotected one) nor preempted — the victim is chosen among the unprotected
+running requests (FCFS: the last of them; priority: the max key). Only when every running request
+is protected does the one asking for blocks yield. A waiting request's priority and ordering key
+can be changed after submission (`reprioritize`, HEAR's subsequent updates): it is re-queued
+under its new key, keeping its arrival for ties.
 """
 
 from __future__ import annotations
@@ -206,6 +213,35 @@ class Scheduler:
                 i -= 1
         q.insert(i, req)
 
+    def reprioritize(
+        self, req: SimRequest, priority: int | None = None, ordering_key: float | None = None
+    ) -> None:
+        """A new priority and / or ordering key for `req` (a request already submitted): a
+        waiting one is re-queued under its new key; a running one keeps running (the key then
+        matters for victim choice and for where it waits if preempted)."""
+        if req.status.is_finished:
+            return
+        waiting = req.status is not RequestStatus.RUNNING
+        if waiting:
+            self._remove_waiting(req)
+        if priority is not None:
+            req.priority = priority
+        if ordering_key is not None:
+            req.ordering_key = ordering_key
+            if ordering_key:
+                self._ordered = True
+        if waiting:
+            self._push_waiting(req, front=False)
+
+    def _remove_waiting(self, req: SimRequest) -> None:
+        if self._by_priority:
+            self._heap = [e for e in self._heap if e[5] is not req]
+            heapq.heapify(self._heap)
+        else:
+            self._fcfs.remove(req)
+        if req.protected:
+            self.num_protected -= 1
+
     def protect(self, req: SimRequest) -> None:
         """`req`'s `MaxWait` ran out: it waits ahead of every unprotected request from now on
         (moved now if it is waiting; sticky if it is running and later preempted)."""
@@ -213,11 +249,7 @@ class Scheduler:
             return
         waiting = req.status is not RequestStatus.RUNNING
         if waiting:
-            if self._by_priority:
-                self._heap = [e for e in self._heap if e[5] is not req]
-                heapq.heapify(self._heap)
-            else:
-                self._fcfs.remove(req)
+            self._remove_waiting(req)  # not protected yet: the count is unchanged
         self._ordered = True
         req.protected = True
         if waiting:
@@ -250,7 +282,7 @@ class Scheduler:
             req = self.running[i]
             num_new = self._cap(req.num_tokens - req.num_computed_tokens, budget)
             while self.kv.allocate(req, num_new) is None:
-                victim = self._pick_victim()
+                victim = self._pick_victim(req)
                 if self.running.index(victim) < i:
                     i -= 1
                 undone = scheduled.pop(victim.seq, None)
@@ -285,10 +317,25 @@ class Scheduler:
         assert num_new > 0, "a scheduled request must compute at least one token"
         return num_new
 
-    def _pick_victim(self) -> SimRequest:
+    def _pick_victim(self, asking: SimRequest) -> SimRequest:
+        """The running request to preempt for `asking`'s blocks: never a protected one, unless
+        every running request is protected (then `asking` yields)."""
+        if self.num_protected_running:
+            running = [r for r in self.running if not r.protected]
+            if not running:
+                return asking
+        else:
+            running = self.running
         if self._by_priority:
-            return max(self.running, key=lambda r: (r.priority, r.ordering_key, r.arrival_s, r.seq))
-        return self.running[-1]
+            return max(running, key=lambda r: (r.priority, r.ordering_key, r.arrival_s, r.seq))
+        return running[-1]
+
+    @property
+    def num_protected_running(self) -> int:
+        """Protected requests in the running list (0 without Guard: the usual fast path)."""
+        if not self._ordered:
+            return 0
+        return sum(r.protected for r in self.running)
 
     def _preempt(self, victim: SimRequest) -> None:
         self.running.remove(victim)
@@ -361,13 +408,7 @@ class Scheduler:
         if req in self.running:
             self.running.remove(req)
         else:
-            if self._by_priority:
-                self._heap = [e for e in self._heap if e[5] is not req]
-                heapq.heapify(self._heap)
-            else:
-                self._fcfs.remove(req)
-            if req.protected:
-                self.num_protected -= 1
+            self._remove_waiting(req)
         self.kv.free(req)
         self.by_seq.pop(req.seq, None)
         req.status = RequestStatus.ABORTED
