@@ -171,8 +171,39 @@ class FutureUseIntent:
         return isinstance(self.num_uses, Prediction) or isinstance(self.within_s, Prediction)
 
 
+@dataclass(frozen=True, slots=True)
+class ContinuationIntent:
+    """How likely a context is to be read again, told when a request on it completes — a
+    forecast, never a request to retain anything (HEAR's Session-Aware policy).
+
+    An engine may fold it into decisions it takes anyway — what to evict when it needs room —
+    together with its own recency information; the simulator does (`engines.sim.hear.side`).
+
+    Attributes:
+        p_return: the forecast probability that another request reads the context.
+        block_hashes: the context's prefix blocks (the engine's own block hashes).
+    """
+
+    subject: ContextRef
+    p_return: Prediction[float]
+    block_hashes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p_return.value <= 1.0:
+            raise RequestError(
+                f"ContinuationIntent for {subject_key(self.subject)}: p_return must be in "
+                f"[0, 1], got {self.p_return.value}"
+            )
+
+
 IntentMessage = (
-    RoleIntent | StageIntent | DependencyIntent | SizeIntent | ContextIntent | FutureUseIntent
+    RoleIntent
+    | StageIntent
+    | DependencyIntent
+    | SizeIntent
+    | ContextIntent
+    | FutureUseIntent
+    | ContinuationIntent
 )
 
 _KINDS: dict[type, str] = {
@@ -182,6 +213,7 @@ _KINDS: dict[type, str] = {
     SizeIntent: "size",
     ContextIntent: "context",
     FutureUseIntent: "future_use",
+    ContinuationIntent: "continuation",
 }
 
 
@@ -198,7 +230,7 @@ def encode_intent(msg: IntentMessage) -> Intent:
         raise RequestError(
             f"encode_intent: {type(msg).__name__} is not a HEAR intent; controls go with "
             "submit(), intents are RoleIntent, StageIntent, DependencyIntent, SizeIntent, "
-            "ContextIntent or FutureUseIntent"
+            "ContextIntent, FutureUseIntent or ContinuationIntent"
         )
     payload: dict[str, str] = {"subject": subject_key(msg.subject)}
     for f in dataclasses.fields(msg):

@@ -44,6 +44,7 @@ from maserve_prefect.protocol.controls import (
 from maserve_prefect.protocol.intents import (
     ContextAction,
     ContextIntent,
+    ContinuationIntent,
     DependencyIntent,
     FutureUseIntent,
     IntentMessage,
@@ -98,6 +99,7 @@ __all__ = [
     "ContextAction",
     "ContextIntent",
     "ContextRef",
+    "ContinuationIntent",
     "Control",
     "CostEstimate",
     "DependencyIntent",

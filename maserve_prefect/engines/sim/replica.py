@@ -38,7 +38,7 @@ from maserve_prefect.engines.sim.hear.side import ResidencyFeed, SimHear
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
 from maserve_prefect.engines.sim.kv.manager import cdiv
 from maserve_prefect.engines.sim.loop import LogEntry, ReplicaLoop
-from maserve_prefect.engines.sim.request import SimRequest
+from maserve_prefect.engines.sim.request import RequestStatus, SimRequest
 from maserve_prefect.engines.sim.step.fast_forward import blocks_held_after, steps_before
 from maserve_prefect.engines.sim.step.modes import DEFAULT_MODE_PARAMS, DEFAULT_MODES, ModeParams
 from maserve_prefect.engines.sim.step.prefill_run import PrefillRun
@@ -264,10 +264,12 @@ class SimReplica(ReplicaLoop):
                     Unsatisfied(c, why) for c in controls if c.force is not Force.PREFERENCE
                 ),
             )
+        self._materialize()  # the new order applies from now on, as under stepping
         res = self.hear.resolve(controls, request_scoped=True)
+        if sreq.status is RequestStatus.RUNNING:
+            res = _without_order(res, f"request {request_id!r} already runs on {self.name}")
         if res.unsatisfied:
             return res
-        self._materialize()  # the new order applies from now on, as under stepping
         prio = res.honoured_of(Priority)
         keys = res.honoured_of(OrderingKey)
         if sreq.seq not in self.scheduler.by_seq:  # accepted, arriving this instant
@@ -305,12 +307,13 @@ class SimReplica(ReplicaLoop):
         self._kick()
 
     def inform(self, intent: Intent | IntentMessage) -> None:
-        """Record an intent (seam `Intent`s in `intents`, typed HEAR intents in
-        `protocol.intents`); it never changes what the replica does."""
+        """Record an intent (seam `Intent`s in `intents`, typed HEAR intents on the HEAR side).
+        An intent never commands: the only one the replica reads, a `ContinuationIntent`,
+        informs which blocks it evicts first when it must evict (`hear.side.SimHear.inform`)."""
         if isinstance(intent, Intent):
             self.intents.append(intent)
         else:
-            self.hear.intents.inform(intent)
+            self.hear.inform(intent)
 
     def state(self) -> EngineState:
         num_free, num_steps = self.kv.num_free_blocks, self.num_steps
@@ -423,3 +426,18 @@ class SimReplica(ReplicaLoop):
                 "it could never run here"
             )
         return ""
+
+
+def _without_order(res: Resolution, why: str) -> Resolution:
+    """`res` with its `Priority` / `OrderingKey` controls taken out (dropped if preferred,
+    unsatisfied if required): a running request's place in the waiting order is moot."""
+    moot = [c for c in res.honoured if isinstance(c, Priority | OrderingKey)]
+    if not moot:
+        return res
+    return Resolution(
+        tuple(c for c in res.honoured if not isinstance(c, Priority | OrderingKey)),
+        res.fallbacks,
+        res.dropped + tuple(Dropped(c, why) for c in moot if c.force is Force.PREFERENCE),
+        res.unsatisfied
+        + tuple(Unsatisfied(c, why) for c in moot if c.force is not Force.PREFERENCE),
+    )

@@ -28,6 +28,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -46,9 +47,10 @@ from maserve_prefect.protocol.controls import (
     CacheRelease,
     CacheRetain,
     Control,
+    Force,
     Tier,
 )
-from maserve_prefect.protocol.intents import Prediction
+from maserve_prefect.protocol.intents import ContinuationIntent, IntentMessage, Prediction
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.state import (
@@ -60,6 +62,10 @@ from maserve_prefect.protocol.state import (
     TierCapacity,
 )
 from maserve_prefect.protocol.subjects import InstanceRef
+
+CONTINUATION_DECAY_S = 400.0
+"""Time constant of the recency in the Session-Aware eviction ranking r = p · e^(−idle / 400 s)
+(the HEAR paper's Appendix A.2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +161,26 @@ class SimHear(HearResolver):
         if self.host is not None:
             kv.host = self.host
             kv.on_cache = self._on_cache
+
+    def inform(self, intent: IntentMessage) -> None:
+        """Record a HEAR intent. A `ContinuationIntent` also enters the eviction ranking: the
+        context's resident blocks rank by r = p · e^(−idle / `CONTINUATION_DECAY_S`) — the
+        forecast with the recency of the completion it was told at — through the one eviction
+        rule (`kv.retention`: soft pins, lowest rank evicted first). The ranking is kept as the
+        time-invariant key ln p + t_told / decay, which orders contexts as r does at any later
+        instant. It never holds a block a request needs: it only chooses among evictable ones.
+        """
+        self.intents.inform(intent)
+        if isinstance(intent, ContinuationIntent) and intent.block_hashes:
+            now = self.rep.clock.now()
+            p = max(intent.p_return.value, 1e-12)  # p = 0: evicted first, still ordered
+            key = math.log(p) + now / CONTINUATION_DECAY_S
+            self.rep.kv_effect(lambda: self._rank(intent.subject.key(), intent.block_hashes, key))
+
+    def _rank(self, context_key: str, hashes: Sequence[int], key: float) -> None:
+        resident = [h for h in dict.fromkeys(hashes) if self._where(h) is not None]
+        self.retention.pin(context_key, resident, key, Force.PREFERENCE, Tier.GPU)
+        self._refresh(resident)
 
     def subscribe_residency(self) -> ResidencyFeed:
         """A new `ResidencyFeed` of this replica, starting with what is resident now."""
