@@ -35,6 +35,8 @@ def maserve_suite(
     scale: str = "demo",
     out: str | None = None,
     progress: ProgressFn | None = None,
+    trace: str | None = None,
+    calibrate: bool = False,
 ) -> SuiteResult:
     """Run a benchmark suite of any kind as one flow run: the kind's work (a progress artifact
     advances after each unit), then every table (`SuiteResult.tables`) as a table artifact plus
@@ -45,6 +47,8 @@ def maserve_suite(
         scale: one of the suite's scales.
         out: a folder for the results (`<suite>.json`, `<suite>.md`) and the run's side files.
         progress: called after each unit of work (in-process callers only).
+        trace: a HEAR Mooncake suite's trace file instead of its `workload.trace`.
+        calibrate: a HEAR SCBench suite's FCFS calibration sweep instead of its arms.
 
     Returns:
         The suite's result (`SuiteResult.to_json` is its JSON form).
@@ -52,7 +56,8 @@ def maserve_suite(
     from prefect.runtime import flow_run
 
     folder = Path(out) if out is not None else None
-    res = execute_suite(load_suite(path), scale, prefect=True, progress=progress, out=folder)
+    res = execute_suite(load_suite(path), scale, prefect=True, progress=progress, out=folder,
+                        trace=Path(trace) if trace is not None else None, calibrate=calibrate)  # fmt: skip
     res.flow_run_id = str(flow_run.id)
     res.publish()
     if folder is not None:
@@ -67,6 +72,8 @@ def run_suite(
     prefect: bool = True,
     progress: ProgressFn | None = None,
     out: Path | None = None,
+    trace: Path | None = None,
+    calibrate: bool = False,
 ) -> SuiteResult:
     """Run a suite file of any kind now: one `maserve-suite` flow run (needs a Prefect API),
     or none.
@@ -77,6 +84,8 @@ def run_suite(
         prefect: run as a Prefect flow run with artifacts; False runs the same work bare.
         progress: called after each unit of work (`bench.report.ProgressFn`).
         out: write `<out>/<suite>.json` and `<out>/<suite>.md` (and the run's side files).
+        trace: a HEAR Mooncake suite's trace file instead of its `workload.trace`.
+        calibrate: a HEAR SCBench suite's FCFS calibration sweep instead of its arms.
 
     Raises:
         ConfigError: a bad suite file, scale or part of the suite (file and key named).
@@ -90,7 +99,8 @@ def run_suite(
     suite = load_suite(path)  # parse errors surface before a flow run is created
     suite.check_scale(scale)
     if not prefect:
-        res = execute_suite(suite, scale, prefect=False, progress=progress, out=out)
+        res = execute_suite(suite, scale, prefect=False, progress=progress, out=out,
+                            trace=trace, calibrate=calibrate)  # fmt: skip
         if out is not None:
             res.write(out)
         return res
@@ -98,5 +108,10 @@ def run_suite(
 
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         return maserve_suite.with_options(flow_run_name=f"{suite.name}-{scale}")(
-            str(Path(path).resolve()), scale, str(out) if out is not None else None, progress
+            str(Path(path).resolve()),
+            scale,
+            str(out) if out is not None else None,
+            progress,
+            str(Path(trace).resolve()) if trace is not None else None,
+            calibrate,
         )

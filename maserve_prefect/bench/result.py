@@ -61,6 +61,8 @@ class SuiteResult:
             all there is).
         flow_run_id: the `maserve-suite` flow run (None without Prefect).
         files: every file the run wrote (side files of the run, then `write`'s).
+        stem: the name its files and artifacts go by (None: the suite's name; a HEAR SCBench
+            calibration sweep is `<suite>.calibration`, so it never overwrites the arms').
     """
 
     suite: Suite
@@ -69,6 +71,11 @@ class SuiteResult:
     detail: ReplaySuiteResult | PoolSuiteResult | None = None
     flow_run_id: str | None = None
     files: list[Path] = field(default_factory=list)
+    stem: str | None = None
+
+    @property
+    def file_stem(self) -> str:
+        return self.stem if self.stem is not None else self.suite.name
 
     def tables(self) -> dict[str, list[Row]]:
         """Table name → rows (every column), in report order."""
@@ -102,10 +109,10 @@ class SuiteResult:
         return "\n\n".join(parts) + "\n"
 
     def write(self, out: Path) -> list[Path]:
-        """Write `<out>/<suite>.json` and `<out>/<suite>.md`; returns both paths (also added to
+        """Write `<out>/<stem>.json` and `<out>/<stem>.md`; returns both paths (also added to
         `files`)."""
         out.mkdir(parents=True, exist_ok=True)
-        js, md = out / f"{self.suite.name}.json", out / f"{self.suite.name}.md"
+        js, md = out / f"{self.file_stem}.json", out / f"{self.file_stem}.md"
         js.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
         md.write_text(self.markdown())
         self.files += [js, md]
@@ -115,5 +122,5 @@ class SuiteResult:
         """Publish every table and one markdown report as Prefect artifacts (a no-op outside a
         flow or task run)."""
         return publish_artifacts(
-            self.tables(), self.header(), prefix=f"maserve-suite-{self.suite.name}"
+            self.tables(), self.header(), prefix=f"maserve-suite-{self.file_stem}"
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maserve_prefect.bench.hear.calibrate import run_calibration
 from maserve_prefect.bench.hear.mooncake_suite import run_mooncake
 from maserve_prefect.bench.hear.role_modes import run_role_modes
 from maserve_prefect.bench.hear.scbench_suite import run_scbench
@@ -33,6 +34,7 @@ from maserve_prefect.bench.replay.suite_file import ReplaySuite
 from maserve_prefect.bench.report import ProgressFn
 from maserve_prefect.bench.result import SuiteResult
 from maserve_prefect.bench.suite import Suite
+from maserve_prefect.errors import ConfigError
 from maserve_prefect.metrics.report import Progress
 
 
@@ -43,6 +45,8 @@ def execute_suite(
     prefect: bool = True,
     progress: ProgressFn | None = None,
     out: Path | None = None,
+    trace: Path | None = None,
+    calibrate: bool = False,
 ) -> SuiteResult:
     """Run `suite` at `scale` and return its result (no flow run of its own).
 
@@ -55,11 +59,21 @@ def execute_suite(
         progress: called after each unit of work (`bench.report.ProgressFn`).
         out: where a run writes its side files (HEAR workloads, the frozen role -> mode
             mapping); the results themselves are written by `SuiteResult.write`.
+        trace: a HEAR Mooncake suite's trace file instead of its `workload.trace`.
+        calibrate: run a HEAR SCBench suite's FCFS calibration sweep instead of its arms
+            (`bench.hear.calibrate`).
 
     Raises:
-        ConfigError: a bad scale, or a bad part of the suite found when it runs.
+        ConfigError: a bad scale, a bad part of the suite found when it runs, or `trace` /
+            `calibrate` for a suite that has no such thing.
     """
     suite.check_scale(scale)
+    if trace is not None:
+        if not isinstance(suite, MooncakeSuite):
+            raise ConfigError(f"suite {suite.name}: --trace applies to a HEAR mooncake suite only")
+        suite = suite.with_trace(trace)
+    if calibrate and not isinstance(suite, ScbenchSuite):
+        raise ConfigError(f"suite {suite.name}: --calibrate applies to a HEAR scbench suite only")
     bar = Progress(f"suite {suite.name} ({scale})", key=f"maserve-suite-{suite.name}-progress")
 
     def step(done: int, total: int, label: str) -> None:
@@ -73,11 +87,14 @@ def execute_suite(
     if isinstance(suite, PoolSuite):
         pool = run_pool_suite(suite, scale, progress=step)
         return SuiteResult(suite, scale, pool_report(pool), detail=pool)
-    if isinstance(suite, ScbenchSuite):
+    if isinstance(suite, ScbenchSuite) and calibrate:
+        report = run_calibration(suite, scale, step)
+    elif isinstance(suite, ScbenchSuite):
         report = run_scbench(suite, scale, out, step)
     elif isinstance(suite, MooncakeSuite):
         report = run_mooncake(suite, scale, out, step)
     else:
         report = run_role_modes(suite, scale, out, step)
     report.summary = {"experiment": suite.experiment} | report.summary
-    return SuiteResult(suite, scale, report, files=list(report.files))
+    stem = f"{suite.name}.calibration" if calibrate else None
+    return SuiteResult(suite, scale, report, files=list(report.files), stem=stem)

@@ -6,7 +6,9 @@ executes one now as a `maserve-suite` Prefect flow run (`bench.flow.run_suite`) 
 bar (units: arm runs for replay, (pattern, run, arm) for pool, arms for HEAR), prints its tables
 (replay: arms, the conformance audit, the metric tables, the findings; pool and HEAR: the
 experiment's tables) and with `--out` writes `<out>/<suite>.json` and `<out>/<suite>.md`;
-`--no-prefect` runs the same work without a suite flow run. `serve` registers every scheduled
+`--no-prefect` runs the same work without a suite flow run; `--trace` gives a HEAR Mooncake suite
+another trace, `--calibrate` runs a HEAR SCBench suite's FCFS calibration sweep instead of its
+arms. `serve` registers every scheduled
 suite in a folder, of any kind, as a deployment and serves it (`bench.serve.serve_suites`)
 against the managed or configured Prefect API.
 
@@ -17,6 +19,8 @@ Examples:
     maserve bench run deployments/suites/finding_barrier.yaml --scale demo --out out/bench
     maserve bench run deployments/suites/pool_hetero.yaml --scale medium
     maserve bench run deployments/suites/hear_scbench.yaml --scale full --no-prefect
+    maserve bench run deployments/suites/hear_scbench.yaml --scale full --calibrate
+    maserve bench run deployments/suites/hear_mooncake.yaml --trace my_mooncake_trace.jsonl
     maserve bench serve --suites deployments/suites
 """
 
@@ -84,6 +88,18 @@ def run_cmd(
             "attempts, SLO, goodput, engine) of every scenario too.",
         ),
     ] = True,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="A HEAR mooncake suite: replay this Mooncake-format trace instead."),
+    ] = None,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate",
+            help="A HEAR scbench suite: run its FCFS-only calibration sweep (the workload knobs "
+            "the paper leaves unstated) instead of its arms.",
+        ),
+    ] = False,
 ) -> None:
     """Run a benchmark suite of any kind now and print its tables."""
     from maserve_prefect.bench.flow import run_suite
@@ -112,7 +128,8 @@ def run_cmd(
             def progress(done: int, total: int, label: str) -> None:
                 bar.update(task, completed=done, total=total, description=label)
 
-            res = run_suite(suite, scale, prefect=prefect, progress=progress, out=out)
+            res = run_suite(suite, scale, prefect=prefect, progress=progress, out=out,
+                            trace=trace, calibrate=calibrate)  # fmt: skip
         print_result(console, res, metrics=metrics)
         for path in res.files:
             console.print(f"wrote {path}")

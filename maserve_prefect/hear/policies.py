@@ -1,7 +1,9 @@
 """HEAR policies: pure decisions over waiting requests, residency and sessions.
 
 One idea: a policy changes *when* and *how* a call runs, never *what* runs. Ordering policies map
-`(waiting, residency, now_s)` to request ids in run order; the others map views to controls.
+`(waiting, residency, now_s)` to request ids in run order (for a harness that queues requests
+itself); the same policies also produce what an engine applies — priorities, waiting
+requirements —, and the others map views to controls or intents.
 They import only `hear.*` and the engine seam (an import-contract test checks this), hold no
 mutable state, and read no clock — `now_s` is an argument.
 
@@ -21,14 +23,12 @@ Ordering, as one lexicographic key per request (ties: arrival time, then request
 
 Controls:
 
-- `SessionRetention` — retention priority = P(next turn | turns so far) × 0.5^(idle / half-life).
-  The continuation estimate comes from *ended* sessions only (an open session's final length is
-  unknown; counting it would bias the estimate toward short sessions). Open sessions at or above
-  `release_below` get `CacheRetain`; ended ones and those below get `CacheRelease` — input for
-  the engine's eviction hook. The retain carries `eviction_key`, log2 P(next) + last active /
-  half-life: the decay shrinks every session's priority by the same factor as time passes, so
-  this key orders sessions exactly as their decayed priorities do at any later instant, and the
-  engine (which only compares keys) evicts by the decayed priority without being re-sent.
+- `CacheAware.priority` / `GuardW.control` — the same two policies as the engine applies them
+  (the HEAR paper's setting): a hot request's scheduling preference −(reusable blocks), refreshed
+  by the harness from residency; a `MaxWait` requirement sent with each submission.
+- `SessionAware` — after each completed turn, a continuation forecast p (depth and prior
+  inter-turn intervals of completed conversations, `ContinuationModel`) told to the engine as a
+  `ContinuationIntent`; the engine ranks evictions by p · e^(−idle / 400 s).
 - `RoleModeSelection` — looks up a frozen, versioned `ModeMap` per request; `modemap.ModeLedger`
   records requested vs realized mode and fallbacks from outcomes.
 
@@ -44,8 +44,6 @@ Examples:
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -53,31 +51,28 @@ from typing import ClassVar, Protocol
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear.modemap import ModeMap
 from maserve_prefect.protocol.controls import (
-    CacheRelease,
-    CacheRetain,
-    Control,
     ExecutionMode,
     Force,
-    Priority,
+    MaxWait,
     Tier,
 )
+from maserve_prefect.protocol.intents import ContinuationIntent, Prediction
 from maserve_prefect.protocol.state import ResidencyView
 from maserve_prefect.protocol.views import SessionView, WaitingRequest, fcfs_order
 
 __all__ = [
     "CacheAware",
     "Composed",
-    "ContinuationEstimator",
+    "ContinuationModel",
     "Fcfs",
     "GuardW",
     "OrderingPolicy",
     "ResidencyView",
     "RoleModeSelection",
-    "SessionRetention",
+    "SessionAware",
     "Tier",
     "WaitingRequest",
     "compose",
-    "priority_controls",
 ]
 
 Key = tuple[float, ...]
@@ -175,6 +170,14 @@ class CacheAware:
         """Engine side, before running: is `request` still hot under the current residency?"""
         return self.is_hot(request, residency)
 
+    def priority(self, request: WaitingRequest, residency: ResidencyView) -> int | None:
+        """The scheduling preference the engine applies (the paper's Appendix A.2): a hot
+        request gets −(its reusable blocks), so hot ones run first, longest reusable prefix
+        first; a cold one keeps the engine's default (None)."""
+        if not self.is_hot(request, residency):
+            return None
+        return -self.reusable_blocks(request, residency)
+
 
 @dataclass(frozen=True, slots=True)
 class GuardW:
@@ -209,6 +212,11 @@ class GuardW:
 
     def recheck(self, request: WaitingRequest, residency: ResidencyView) -> bool:
         return True  # protection depends on time only, and time does not run backwards
+
+    def control(self) -> MaxWait:
+        """What the harness sends with a submission: a waiting-time *requirement* the engine
+        enforces (not bypassed, not preempted once it has waited `wait_s`)."""
+        return MaxWait(self.wait_s, force=Force.REQUIREMENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,124 +257,84 @@ def compose(*policies: OrderingPolicy) -> Composed:
     return Composed(tuple(sorted(flat, key=lambda p: p.precedence)))
 
 
-def priority_controls(order: Sequence[str], force: Force = Force.PREFERENCE) -> dict[str, Priority]:
-    """An order as per-request `Priority` controls (rank 0 first), for priority engines."""
-    return {rid: Priority(rank, force=force) for rank, rid in enumerate(order)}
-
-
 # ---------------------------------------------------------------------------------------------
-# session-aware retention
+# session-aware continuation
 
 
 @dataclass(frozen=True, slots=True)
-class ContinuationEstimator:
-    """P(next turn | turns so far), from the turn counts of *ended* sessions only.
+class ContinuationModel:
+    """P(another turn | depth, prior inter-turn intervals), from *completed* conversations only.
 
-    With `n_reached` ended sessions that had at least k turns and `n_longer` that had more than
-    k, P(next | k) = (n_longer + 1) / (n_reached + 2) — the Laplace rule, so no data gives 0.5
-    and a few sessions cannot give certainty.
+    A completed conversation contributes its depth (turns) and its mean inter-turn interval.
+    Intervals split conversations at the median of those means: a session that has shown
+    intervals is compared with completed ones on its side of the split (users who come back
+    quickly are told apart from those who come back slowly); a session without an interval yet
+    (after its first turn) with all of them. Among the comparable ones that reached depth k,
+    P(next | k) = (those that went past k + 1) / (those that reached k + 2) — the Laplace rule, so
+    no data gives 0.5 and a few conversations cannot give certainty. The open session's own future
+    is never used (the HEAR paper: "does not use future information from the current replay").
 
     Examples:
         >>> from maserve_prefect.protocol.subjects import ContextRef
-        >>> done = [SessionView(f"s{n}", ContextRef(f"s{n}"), (1,), n, 0.0, ended=True)
-        ...         for n in (1, 2, 2, 3)]
-        >>> ContinuationEstimator.from_sessions(done).p_next(2)
-        0.4
+        >>> v = lambda n, gaps, ended=True: SessionView(
+        ...     f"s{n}{gaps}", ContextRef("c"), (), n, 0.0, ended, tuple(gaps))
+        >>> done = [v(1, ()), v(3, (1.0, 1.0)), v(4, (1.0, 2.0, 1.0)), v(2, (30.0,))]
+        >>> model = ContinuationModel.fit(done)
+        >>> model.p_return(v(2, (1.0,), ended=False))  # quick: both quick ones went past 2
+        0.75
+        >>> model.p_return(v(2, (40.0,), ended=False))  # slow: the slow one stopped at 2
+        0.3333333333333333
     """
 
-    ended_turns: tuple[int, ...]  # sorted
+    completed: tuple[tuple[int, float | None], ...]  # (depth, mean interval) per conversation
+    split_s: float | None  # median mean interval of completed multi-turn conversations
 
     @classmethod
-    def from_sessions(cls, sessions: Sequence[SessionView]) -> ContinuationEstimator:
-        """Fit from `sessions`, ignoring every session that has not ended."""
-        return cls(tuple(sorted(s.num_turns for s in sessions if s.ended)))
+    def fit(cls, sessions: Sequence[SessionView]) -> ContinuationModel:
+        """From `sessions`, ignoring every one that has not completed."""
+        done = tuple((s.num_turns, s.mean_gap_s) for s in sessions if s.ended)
+        means = sorted(g for _, g in done if g is not None)
+        split = means[(len(means) - 1) // 2] if means else None
+        return cls(done, split)
 
-    def p_next(self, turns_so_far: int) -> float:
-        n_reached = len(self.ended_turns) - bisect.bisect_left(self.ended_turns, turns_so_far)
-        n_longer = len(self.ended_turns) - bisect.bisect_right(self.ended_turns, turns_so_far)
-        return (n_longer + 1) / (n_reached + 2)
+    def p_return(self, session: SessionView) -> float:
+        """The continuation estimate of an open session after `session.num_turns` turns."""
+        k, gap = session.num_turns, session.mean_gap_s
+        if gap is None or self.split_s is None:
+            peers = [d for d, _ in self.completed]
+        else:
+            quick = gap <= self.split_s
+            peers = [d for d, g in self.completed if g is not None and (g <= self.split_s) == quick]
+        reached = sum(1 for d in peers if d >= k)
+        longer = sum(1 for d in peers if d > k)
+        return (longer + 1) / (reached + 2)
 
 
 @dataclass(frozen=True, slots=True)
-class SessionRetention:
-    """Retain likely-to-continue sessions' KV, release the rest (see the module docstring).
+class SessionAware:
+    """The HEAR paper's Session-Aware: a continuation forecast told as an intent, never a control.
 
-    Attributes:
-        half_life_s: idle time that halves a session's retention priority. The default, 60 s,
-            spans the tool calls and sub-agent runs that separate agent turns; a session idle
-            for five minutes keeps ~3% of its priority.
-        release_below: open sessions whose priority falls under this get `CacheRelease`.
-        tier: the tier to retain in.
-        force: the force of the produced controls (retention is normally a preference).
+    After each completed turn the harness tells the engine how likely the conversation is to
+    return (`ContinuationModel`, fitted on completed conversations), as a `ContinuationIntent`
+    marked as a prediction. The engine folds it with the recency of that completion into its
+    own eviction ranking, r = p · e^(−idle / 400 s) (Appendix A.2; the simulator:
+    `engines.sim.hear.side.SimHear.inform`). There is no release threshold and nothing is
+    retained on request.
+
+    Examples:
+        >>> from maserve_prefect.protocol.subjects import ContextRef
+        >>> s = SessionView("s", ContextRef("s", 2), (7, 8), 2, 10.0, gaps_s=(4.0,))
+        >>> intent = SessionAware().intent(s, ContinuationModel((), None))
+        >>> intent.p_return.value, intent.p_return.is_prediction, intent.block_hashes
+        (0.5, True, (7, 8))
     """
 
-    half_life_s: float = 60.0
-    release_below: float = 0.05
-    tier: Tier = Tier.GPU
-    force: Force = Force.PREFERENCE
-    name: ClassVar[str] = "session_retention"
+    source: str = "continuation-depth-interval"
+    name: ClassVar[str] = "session_aware"
 
-    def __post_init__(self) -> None:
-        if not self.half_life_s > 0:
-            raise ConfigError(f"SessionRetention: half_life_s must be > 0, got {self.half_life_s}")
-
-    def retention_priority(
-        self, session: SessionView, estimator: ContinuationEstimator, now_s: float
-    ) -> float:
-        decay = 0.5 ** (session.idle_s(now_s) / self.half_life_s)
-        return estimator.p_next(session.num_turns) * decay
-
-    def eviction_key(self, session: SessionView, estimator: ContinuationEstimator) -> float:
-        """log2 of the retention priority at any time t, plus t / half-life: a key that does
-        not change as the session idles, ordered as the decayed priorities (module docstring).
-
-        Examples:
-            >>> from maserve_prefect.protocol.subjects import ContextRef
-            >>> pol, est = SessionRetention(half_life_s=60.0), ContinuationEstimator((2, 5, 9))
-            >>> a = SessionView("a", ContextRef("a"), (1,), 1, last_active_s=0.0)
-            >>> b = SessionView("b", ContextRef("b"), (2,), 4, last_active_s=100.0)
-            >>> pol.retention_priority(a, est, 130.0) > pol.retention_priority(b, est, 130.0)
-            False
-            >>> pol.eviction_key(a, est) > pol.eviction_key(b, est)
-            False
-        """
-        return math.log2(estimator.p_next(session.num_turns)) + (
-            session.last_active_s / self.half_life_s
-        )
-
-    def controls(
-        self,
-        sessions: Sequence[SessionView],
-        now_s: float,
-        history: Sequence[SessionView] | None = None,
-        estimator: ContinuationEstimator | None = None,
-    ) -> list[Control]:
-        """Retain / release controls for `sessions`: retains by falling priority, then releases.
-
-        Args:
-            sessions: the sessions whose KV is in question (open and ended).
-            now_s: the current time (policy clock).
-            history: sessions to estimate continuation from (default: `sessions`); only the
-                ended ones count.
-            estimator: the estimate itself, already fitted from ended sessions (a harness
-                keeping it as sessions end); `history` is then ignored.
-        """
-        est = estimator
-        if est is None:
-            est = ContinuationEstimator.from_sessions(sessions if history is None else history)
-        keep: list[tuple[float, str, Control]] = []
-        drop: list[Control] = []
-        for s in sorted(sessions, key=lambda s: s.session_id):
-            p = 0.0 if s.ended else self.retention_priority(s, est, now_s)
-            if s.ended or p < self.release_below or not s.block_hashes:
-                drop.append(CacheRelease(s.context, s.block_hashes, force=self.force))
-            else:
-                key = self.eviction_key(s, est)
-                retain = CacheRetain(
-                    s.context, s.block_hashes, key, tier=self.tier, force=self.force
-                )
-                keep.append((-p, s.session_id, retain))
-        return [c for _, _, c in sorted(keep, key=lambda t: t[:2])] + drop
+    def intent(self, session: SessionView, model: ContinuationModel) -> ContinuationIntent:
+        p = model.p_return(session)
+        return ContinuationIntent(session.context, Prediction(p, self.source), session.block_hashes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -77,6 +77,8 @@ class SessionView:
         num_turns: turns completed so far.
         last_active_s: when its last turn finished.
         ended: True once the conversation is over (no further turn will come).
+        gaps_s: its inter-turn intervals so far (a turn's completion to the next turn's
+            arrival: the user's think time).
     """
 
     session_id: str
@@ -85,6 +87,12 @@ class SessionView:
     num_turns: int
     last_active_s: float
     ended: bool = False
+    gaps_s: tuple[float, ...] = ()
+
+    @property
+    def mean_gap_s(self) -> float | None:
+        """Mean inter-turn interval so far (None before the second turn)."""
+        return sum(self.gaps_s) / len(self.gaps_s) if self.gaps_s else None
 
     def __post_init__(self) -> None:
         if self.num_turns < 0:

@@ -3,17 +3,21 @@
 One idea: every figure is derived from the per-turn records, and TTFT is measured from the
 *harness arrival* (admission-queue wait included, which is what an ordering policy changes) —
 `engine_ttft_s` leaves the queue out. Per turn: the harness arrival, engine submit, first token
-and finish times, cached prompt tokens. Per session: first arrival to last finish. Aggregates:
-makespan (first arrival to last finish), throughput, and reuse (cached / prompt tokens over
-completed turns). `replay.sessions.replay_sessions` produces them.
+and finish times, cached prompt tokens. Per session: first arrival to last finish, and the
+total response-waiting time (the HEAR paper's "session": over its completed turns, arrival to
+finish). Aggregates: makespan (first arrival to last finish), throughput (turns per second and
+per minute), reuse over all prompt tokens and the paper's reuse over *follow-up* prompt tokens
+(turns after a session's first). `replay.sessions.replay_sessions` produces them.
 
 Examples:
     >>> t = TurnResult("s", 0, "s/t0", "r0", "completed", "", 1.0, 1.5, 2.0, 3.0, 100, 10, 64, 0)
     >>> t.queue_s, t.ttft_s, t.engine_ttft_s, t.e2e_s
     (0.5, 1.0, 0.5, 2.0)
     >>> res = SessionReplayResult("h", "open", 1.0, 3.0, [t], [])
-    >>> res.makespan_s, res.reuse, res.throughput_rps
-    (2.0, 0.64, 0.5)
+    >>> res.makespan_s, res.reuse, res.throughput_rps, res.throughput_tpm
+    (2.0, 0.64, 0.5, 30.0)
+    >>> res.followup_reuse  # one first turn, no follow-up
+    0.0
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ class SessionResult:
     num_turns: int
     num_completed: int
     num_skipped: int
+    waiting_s: float = 0.0
+    """Total response-waiting time: the sum of its completed turns' arrival-to-finish times."""
 
     @property
     def duration_s(self) -> float:
@@ -119,6 +125,23 @@ class SessionReplayResult:
     def throughput_rps(self) -> float:
         """Completed turns per second of makespan."""
         return len(self.completed()) / self.makespan_s if self.makespan_s > 0 else 0.0
+
+    @property
+    def throughput_tpm(self) -> float:
+        """Completed turns per minute of makespan (the HEAR paper's throughput)."""
+        return 60.0 * self.throughput_rps
+
+    @property
+    def followup_reuse(self) -> float:
+        """Cached / prompt tokens over completed *follow-up* turns (every turn after a session's
+        first): the HEAR paper's reuse, which leaves out the cold first turn."""
+        done = [t for t in self.completed() if t.turn_index > 0]
+        prompt = sum(t.num_prompt_tokens for t in done)
+        return sum(t.num_cached_tokens for t in done) / prompt if prompt else 0.0
+
+    def session_waiting(self) -> Summary:
+        """Per session, the total response-waiting time (the HEAR paper's "session")."""
+        return summarize([s.waiting_s for s in self.sessions])
 
     @property
     def output_tokens_per_s(self) -> float:

@@ -1,13 +1,13 @@
-"""Replay a `SessionSet` on simulated replicas through a harness-side admission queue.
+"""Replay a `SessionSet` on simulated replicas, each turn sent to the engine as it arrives.
 
-One idea: the harness, not the engine, decides *which waiting turn goes next*. Turns arrive into
-an admission queue in front of the replicas; a replica takes at most `max_in_flight` of this
-driver's requests at a time (default: its `max_num_seqs`, vLLM's cap on running sequences), and
-whenever a replica has room the *ordering hook* `order(waiting, now_s) -> [request_id, ...]`
-picks which waiting turns are submitted, in that order. This queue is where HEAR's ordering
-policies (FCFS, Cache-Aware, Guard-W) act: once a request is inside the engine, the engine's own
-scheduler (vLLM FCFS) decides. Ids the hook leaves out stay queued; an id that is not waiting, or
-appears twice, is an error.
+One idea: a turn goes to the engine as soon as it arrives, with the controls the harness attaches
+(`controls(turn)`: HEAR's priorities and waiting requirements), and the engine's own admission
+— KV room, `max_num_seqs`, the token budget, its scheduling policy — decides what runs. Only
+when the caller caps the requests a replica holds (`max_in_flight`, an agent framework's
+concurrency limit; off by default) do turns wait in front of the replicas, and then the *ordering
+hook* `order(waiting, now_s) -> [request_id, ...]` picks which waiting turns are submitted, in
+that order (ids it leaves out stay queued; an id that is not waiting, or appears twice, is an
+error). `on_submit(turn, replica)` tells the caller where a turn went.
 
 Timing:
 
@@ -65,6 +65,7 @@ from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError, SimulationError
+from maserve_prefect.protocol.controls import Control
 from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.views import WaitingRequest
@@ -73,8 +74,10 @@ from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
 
 __all__ = [
     "CompleteHook",
+    "ControlHook",
     "OrderHook",
     "QueuedTurn",
+    "SubmitHook",
     "replay_sessions",
 ]
 
@@ -117,6 +120,10 @@ class QueuedTurn:
 
 OrderHook = Callable[[Sequence[QueuedTurn], float], Sequence[str]]
 CompleteHook = Callable[[Session, Turn, TurnResult], None]
+ControlHook = Callable[[QueuedTurn], Sequence[Control]]
+"""The controls a turn is submitted with (HEAR priorities, waiting requirements)."""
+SubmitHook = Callable[[QueuedTurn, str], None]
+"""Told when a turn is handed to a replica (by name)."""
 
 
 def _target_replicas(target: SimPool | Sequence[SimReplica], deployment: str) -> list[SimReplica]:
@@ -143,15 +150,16 @@ class _Replay:
         on_complete: CompleteHook | None,
         max_in_flight: int | None,
         sticky: bool,
+        controls: ControlHook | None = None,
+        on_submit: SubmitHook | None = None,
     ) -> None:
         self.sset = sset
         self.clock = clock
         self.deployment = deployment
         self.on_complete = on_complete
-        caps = {
-            r.name: (max_in_flight if max_in_flight is not None else r.config.max_num_seqs)
-            for r in replicas
-        }
+        caps = {} if max_in_flight is None else {r.name: max_in_flight for r in replicas}
+        self.controls = controls
+        self.on_submit = on_submit
         hook = None if order is None else partial(self._order, order)
         self.dispatcher = Dispatcher(
             lambda: replicas,
@@ -211,16 +219,20 @@ class _Replay:
         self.waiting[rid] = q
         unit = Unit(rid, s.session_id, self.deployment, t.num_prompt_tokens,
                     t.num_output_tokens, ready_s=now)  # fmt: skip
+        extra = tuple(self.controls(q)) if self.controls is not None else ()
         self.dispatcher.on_ready(
             unit,
             req,
+            controls=extra,
             on_done=partial(self.done, s, t, q),
-            on_submitted=partial(self.on_submitted, rid),
+            on_submitted=partial(self.on_submitted, q),
         )
 
-    def on_submitted(self, rid: str, now: float, replica: str) -> None:
-        self.submit_order.append(rid)
-        self.submitted[rid] = (now, replica)
+    def on_submitted(self, q: QueuedTurn, now: float, replica: str) -> None:
+        self.submit_order.append(q.request_id)
+        self.submitted[q.request_id] = (now, replica)
+        if self.on_submit is not None:
+            self.on_submit(q, replica)
 
     # -- completion -------------------------------------------------------------------------
 
@@ -293,6 +305,7 @@ class _Replay:
                     len(s.turns),
                     sum(r.status == "completed" for r in rs),
                     self.skipped[s.session_id],
+                    sum(r.e2e_s for r in rs if r.status == "completed"),
                 )
             )
         turns = sorted(self.results, key=lambda r: (r.session_id, r.turn_index))
@@ -313,6 +326,8 @@ def replay_sessions(
     max_in_flight: int | None = None,
     sticky: bool = True,
     start_s: float | None = None,
+    controls: ControlHook | None = None,
+    on_submit: SubmitHook | None = None,
 ) -> SessionReplayResult:
     """Run every session of `sset` to its end on `target` (see the module docstring).
 
@@ -323,10 +338,12 @@ def replay_sessions(
         order: the admission-queue ordering hook (default: first come, first served).
         on_complete: called as `on_complete(session, turn, result)` when a turn ends (any
             status), before a closed-loop session's next turn is scheduled.
-        max_in_flight: this driver's cap on requests inside each replica (default: the
-            replica's `max_num_seqs`).
+        max_in_flight: a cap on this driver's requests inside each replica (default: none —
+            every turn is submitted when it arrives and the engine's admission decides).
         sticky: keep a session's turns on the replica that served its first turn.
         start_s: where the earliest arrival lands (default: the clock's now).
+        controls: the controls each turn is submitted with (default: none).
+        on_submit: called as `on_submit(turn, replica_name)` when a turn is handed to a replica.
 
     Raises:
         ConfigError: no usable replica, `max_in_flight < 1`, or the hook returned bad ids.
@@ -343,7 +360,8 @@ def replay_sessions(
     if any(r.clock is not clock for r in replicas):
         raise ConfigError("all replicas must share one kernel")
     start = clock.now() if start_s is None else start_s
-    replay = _Replay(sset, replicas, clock, deployment, order, on_complete, max_in_flight, sticky)
+    replay = _Replay(sset, replicas, clock, deployment, order, on_complete, max_in_flight, sticky,
+                     controls, on_submit)  # fmt: skip
     replay.schedule(start)
     replay.run()
     return replay.result(start)

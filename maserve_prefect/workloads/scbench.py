@@ -37,7 +37,9 @@ Parameters (`ScbenchConfig`), with where the defaults come from:
 - `query_tokens=(32, 256)`, `answer_tokens=(16, 256)`: SCBench queries are short questions and
   most of its tasks answer briefly (retrieval, QA, choice); uniform integer ranges.
 - `arrival_rate_per_s`: Poisson session arrivals (SCBench itself runs offline; this is ours).
-- `think_mean_s`: exponential pause between a turn's completion and the next turn (ours).
+- `think_mean_s`, `think_std_s`: the pause between a turn's completion and the next turn —
+  normal N(mean, std) clipped at 0 when `think_std_s` is given (the HEAR paper's Appendix A.2:
+  N(5, 1) s), else exponential with that mean.
 - `block_size=16`: vLLM's default KV block size, so a simulated prefix cache reuses exactly the
   tokens vLLM would (a coarser block would lose up to a block of reuse per turn boundary).
 
@@ -126,6 +128,7 @@ class ScbenchConfig:
     min_turns: int = 1
     max_turns: int = 10
     think_mean_s: float = 5.0
+    think_std_s: float | None = None
     query_tokens: tuple[int, int] = (32, 256)
     answer_tokens: tuple[int, int] = (16, 256)
     include_history: bool = True
@@ -161,6 +164,8 @@ class ScbenchConfig:
             )
         if self.think_mean_s < 0:
             raise ConfigError(f"scbench: think_mean_s must be >= 0, got {self.think_mean_s}")
+        if self.think_std_s is not None and self.think_std_s < 0:
+            raise ConfigError(f"scbench: think_std_s must be >= 0, got {self.think_std_s}")
         if self.block_size < 1:
             raise ConfigError(f"scbench: block_size must be >= 1, got {self.block_size}")
         for name in ("context_tokens", "query_tokens", "answer_tokens"):
@@ -273,7 +278,12 @@ def generate_scbench(
     total = int(num_turns.sum())
     q_len = rng.integers(cfg.query_tokens[0], cfg.query_tokens[1] + 1, total)
     a_len = rng.integers(cfg.answer_tokens[0], cfg.answer_tokens[1] + 1, total)
-    think = rng.exponential(cfg.think_mean_s, total) if cfg.think_mean_s > 0 else np.zeros(total)
+    if cfg.think_std_s is not None:  # normal, the HEAR paper's N(5, 1) s; never negative
+        think = np.maximum(rng.normal(cfg.think_mean_s, cfg.think_std_s, total), 0.0)
+    elif cfg.think_mean_s > 0:
+        think = rng.exponential(cfg.think_mean_s, total)
+    else:
+        think = np.zeros(total)
 
     seed_key = _hash(seed)
     docs: list[_BlockChain] = []

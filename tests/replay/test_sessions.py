@@ -9,6 +9,7 @@ from sim_factories import loaded_sim_pool
 
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.errors import ConfigError, SimulationError
+from maserve_prefect.protocol.controls import Force, Priority
 from maserve_prefect.protocol.views import WaitingRequest
 from maserve_prefect.replay.session_results import TurnResult
 from maserve_prefect.replay.sessions import QueuedTurn, replay_sessions
@@ -161,3 +162,32 @@ def test_bad_hooks_are_reported() -> None:
         replay_sessions(sset, make_pool(), deployment=DEP, order=lambda w, now: ["nope"])
     with pytest.raises(ConfigError, match="no READY replica"):
         replay_sessions(sset, make_pool(), deployment="other")
+
+
+def test_without_a_cap_every_turn_goes_to_the_engine_as_it_arrives() -> None:
+    pool = make_pool()
+    (rep,) = pool.replicas()
+    n = rep.config.max_num_seqs + 8  # more than the engine runs at once
+    seen: list[tuple[str, str]] = []
+    res = replay_sessions(
+        simultaneous(n), pool, deployment=DEP,
+        controls=lambda q: (Priority(-1) if q.session_id == f"s{n - 1}" else Priority(0),),
+        on_submit=lambda q, replica: seen.append((q.request_id, replica)),
+    )  # fmt: skip
+    assert res.status_counts() == {"completed": n}
+    assert all(t.submit_s == t.arrival_s for t in res.turns)  # no harness queue
+    assert len(seen) == n and {r for _, r in seen} == {rep.name}
+    assert max(t.queue_s for t in res.turns) == 0.0
+
+
+def test_controls_reach_the_engine_with_the_submission() -> None:
+    # an FCFS engine cannot honour a required priority: that turn alone is refused, by the
+    # engine (UNSUPPORTED), with its reason; the others run
+    required = (Priority(-1, force=Force.REQUIREMENT),)
+    res = replay_sessions(
+        simultaneous(3), make_pool(), deployment=DEP,
+        controls=lambda q: required if q.session_id == "s2" else (),
+    )  # fmt: skip
+    by_id = {t.request_id: t for t in res.turns}
+    assert by_id["s2/t0"].status == "rejected" and "unsupported" in by_id["s2/t0"].reason
+    assert by_id["s0/t0"].status == by_id["s1/t0"].status == "completed"

@@ -1,45 +1,40 @@
-"""Glue between HEAR policies (`hear/`) and the session-replay driver (`workloads/`).
+"""Glue between HEAR policies (`hear/`) and a session replay on simulated engines (`replay/`).
 
-One idea: a HEAR policy is pure and knows nothing of the simulator, and the replay driver knows
-nothing of HEAR; these adapters translate, and time every translation as control-plane overhead
-(`hear.overhead.OverheadRecorder`), so the cost of the protocol is measured where it is paid.
-`bench.hear.arms` wires them onto one replay per policy arm.
+One idea: the HEAR paper's policies act *through the engine*. The harness submits every turn
+as soon as it has it and attaches what the policies say; the engine's own scheduler decides
+what runs. These adapters translate policy output into protocol messages and time every
+translation as control-plane overhead (`hear.overhead.OverheadRecorder`, the paper's Table 7),
+so the cost of the protocol is measured where it is paid. `bench.hear.arms` wires them onto
+one replay per policy arm.
 
-- `PolicyOrder` — the driver's `order` hook from an ordering policy. At each dispatch it brings
-  its `ResidencyMirror` up to date from every replica's KV events (`SimReplica
-  .subscribe_residency()`, one `KV_STATE_UPDATE`: the changes since the last dispatch, not a
-  photograph of the pool) — one `ResidencyView` over all replicas (a block resident on any
-  replica counts; the faster tier wins — the hook does not know where a first turn will be
-  placed) — turns the queued turns into `WaitingRequest`s with the *engine's* block hashes
-  (`engines.sim.hear.side.prompt_block_hashes`, memoized per request, since the session file's
-  hashes are the workload's, not the engine's) and calls `policy.order` (one `SCHEDULING_DECISION`).
-  Re-check: before an older order's waiting requests run, `policy.recheck` is asked, under the
-  new residency, whether each request the previous order ranked hot still is; a False is
-  counted (`num_recheck_demoted`) and the request is ordered again with the current residency —
-  which the hook does anyway, since it orders afresh at every dispatch. Policies that read no
-  residency (FCFS, Guard alone) skip the photograph.
-- `RetentionHook` — Session-Aware retention as the driver's `on_complete` hook. It keeps one
-  `SessionView` per session (turns completed, last finish, ended after its last turn — the
-  moment a harness learns a conversation is closed), fits `ContinuationEstimator` from *ended*
-  sessions only, and sends `CacheRetain` / `CacheRelease` controls to the replica that served
-  the turn through `SimReplica.control()` (one `OUTCOME_REPORT`): the completing session's
-  control every time, and a release once for each other session on that replica that ended or
-  decayed under `release_below` since its last control.
-- `ModeReplica` — a replica proxy that sends each request's `ExecutionMode` (from
+- `EngineOrdering` — Cache-Aware and Guard-W (Appendix A.2). At submission: a Guard sends
+  `MaxWait(W)` as a *requirement* (the engine protects the request once it has waited W: not
+  bypassed, not preempted); Cache-Aware sends the request's scheduling *preference*, a
+  `Priority` of −(reusable blocks) if the request is hot, none if cold. Every `refresh_s` seconds
+  while turns wait, it brings its `ResidencyMirror` up to date from the replicas' KV events
+  (one `KV_STATE_UPDATE`: the changes since the last refresh) and sends `SimReplica.update` for
+  every submitted request whose priority changed (one `SCHEDULING_DECISION`): residency moves as
+  other requests run and evict. An update the engine answers "already runs" ends the request's
+  refreshes (its place in the queue is moot). Block hashes are the *engine's*
+  (`engines.sim.hear.side.prompt_block_hashes`, memoized per request), not the workload's.
+- `ContinuationHook` — Session-Aware: after each completed turn, one `SessionView` per session
+  (depth, prior inter-turn intervals) and one `ContinuationIntent` to the replica that served
+  the turn (`SimReplica.inform`, one `OUTCOME_REPORT`), its forecast from a `ContinuationModel`
+  fitted on completed conversations only. A conversation counts as completed when its last
+  turn completes (a user closing the chat), after its own last forecast was told: no forecast
+  uses the future of its own session. No control, no release threshold.
+- `ModeReplica` — a replica proxy that sends each request's role's `ExecutionMode` (from
   `RoleModeSelection`, one `MODE_LOOKUP`) with `submit` and records requested vs realized mode
-  (`hear.modemap.ModeRecord`) from the outcome. The replay driver submits without controls, so
-  the proxy is how controls reach the engine without changing `workloads/`.
+  (`hear.modemap.ModeRecord`) from the outcome.
 
 Examples:
-    >>> from maserve_prefect.hear.policies import Fcfs
-    >>> hook = PolicyOrder(Fcfs(), [])
-    >>> hook([], 0.0)
-    []
+    >>> EngineOrdering(None, None, []).controls_at_submit  # FCFS: nothing to send
+    False
 """
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -51,30 +46,32 @@ from maserve_prefect.hear.modemap import ModeRecord
 from maserve_prefect.hear.overhead import Op, OverheadRecorder
 from maserve_prefect.hear.policies import (
     CacheAware,
-    Composed,
-    ContinuationEstimator,
-    OrderingPolicy,
+    ContinuationModel,
+    GuardW,
     RoleModeSelection,
-    SessionRetention,
+    SessionAware,
 )
-from maserve_prefect.protocol.controls import CacheRelease, CacheRetain, Control, Tier
+from maserve_prefect.protocol.controls import Control, Priority
 from maserve_prefect.protocol.outcomes import Outcome, Ticket
 from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.state import ResidencyView
 from maserve_prefect.protocol.subjects import ContextRef
-from maserve_prefect.protocol.views import SessionView, WaitingRequest, fcfs_order
+from maserve_prefect.protocol.views import SessionView, WaitingRequest
 from maserve_prefect.replay.session_results import TurnResult
 from maserve_prefect.replay.sessions import QueuedTurn
 from maserve_prefect.workloads.sessions import Session, Turn
 
 __all__ = [
+    "DEFAULT_PRIORITY",
+    "ContinuationHook",
+    "EngineOrdering",
     "ModeReplica",
-    "PolicyOrder",
-    "RetentionHook",
     "engine_hashes",
-    "merged_residency",
     "role_of",
 ]
+
+DEFAULT_PRIORITY = 0
+"""The engine's default priority: what a cold request keeps (vLLM's default)."""
 
 
 def role_of(session_id: str) -> str:
@@ -96,64 +93,48 @@ def engine_hashes(num_prompt_tokens: int, hashes: tuple[int, ...], block_size: i
     return prompt_block_hashes(req, engine_block_size)
 
 
-def merged_residency(
-    replicas: Sequence[SimReplica], needed: set[int] | None = None
-) -> ResidencyView:
-    """One view over every replica's state report (the faster tier wins for a shared block).
-
-    With `needed`, each replica is asked about only those hashes (the waiting requests'
-    blocks; `SimReplica.hear_state(hashes)`): the policies ask about nothing else, so their
-    decisions are the same, and a pool with ~10^5 resident blocks per replica is neither
-    listed nor copied at every dispatch.
-    """
-    tiers: dict[int, Tier] = {}
-    block_size = 16
-    for rep in replicas:
-        report = rep.hear_state(needed)
-        block_size = report.block_size
-        for rng in report.residency:
-            for h in rng.block_hashes:
-                old = tiers.get(h)
-                if old is None or rng.tier < old:
-                    tiers[h] = rng.tier
-    return ResidencyView.of(tiers, block_size)
-
-
-def _reads_residency(policy: OrderingPolicy) -> bool:
-    if isinstance(policy, Composed):
-        return any(_reads_residency(p) for p in policy.policies)
-    return isinstance(policy, CacheAware)
-
-
-class PolicyOrder:
-    """The replay driver's `order` hook from a HEAR ordering policy (module docstring).
+class EngineOrdering:
+    """Cache-Aware priorities and Guard-W requirements sent to the engine (module docstring).
 
     Args:
-        policy: the ordering policy (`Fcfs`, `CacheAware`, `compose(...)`, ...).
-        replicas: the replicas whose residency the policy reads.
+        cache_aware: the Cache-Aware policy (None: send no priorities).
+        guard: the Guard-W policy (None: send no waiting requirement).
+        replicas: the replicas turns go to (their residency is what Cache-Aware reads).
         recorder: where control-plane time goes (a fresh one by default).
+        refresh_s: seconds between priority refreshes from residency.
     """
 
     def __init__(
         self,
-        policy: OrderingPolicy,
+        cache_aware: CacheAware | None,
+        guard: GuardW | None,
         replicas: Sequence[SimReplica],
         recorder: OverheadRecorder | None = None,
-        max_in_flight: int | None = None,
+        refresh_s: float = 1.0,
     ) -> None:
-        self.policy = policy
-        self.max_in_flight = max_in_flight
-        self.replicas = list(replicas)
+        if not refresh_s > 0:
+            raise ConfigError(f"EngineOrdering: refresh_s must be > 0, got {refresh_s}")
+        self.cache_aware = cache_aware
+        self.guard = guard
+        self.replicas = {r.name: r for r in replicas}
         self.recorder = recorder if recorder is not None else OverheadRecorder()
-        self.reads_residency = _reads_residency(policy)
-        self.block_size = self.replicas[0].config.block_size if self.replicas else 16
+        self.refresh_s = refresh_s
+        first = next(iter(self.replicas.values()), None)
+        self.block_size = first.config.block_size if first is not None else 16
         self.mirror = ResidencyMirror(self.block_size)
-        self._feeds: list[ResidencyFeed] | None = None  # subscribed at the first order
+        self._feeds: list[ResidencyFeed] | None = None  # subscribed at the first use
         self._hashes: dict[str, tuple[int, ...]] = {}
-        self._hot: set[str] = set()  # ranked hot by the previous order
-        self.num_orders = 0
-        self.num_recheck_demoted = 0
-        self.max_wait_seen_s = 0.0
+        self._sent: dict[str, int] = {}  # priority a turn is being submitted with
+        self._pending: dict[str, tuple[QueuedTurn, str, int]] = {}  # rid -> (turn, replica, prio)
+        self._timer = False
+        self.num_updates = 0
+        self.num_refreshes = 0
+
+    @property
+    def controls_at_submit(self) -> bool:
+        return self.cache_aware is not None or self.guard is not None
+
+    # -- what the harness knows -------------------------------------------------------------
 
     def waiting(self, q: QueuedTurn) -> WaitingRequest:
         h = self._hashes.get(q.request_id)
@@ -161,62 +142,79 @@ class PolicyOrder:
             h = engine_hashes(q.num_prompt_tokens, q.block_hashes, q.block_size, self.block_size)
             self._hashes[q.request_id] = h
         return WaitingRequest(q.request_id, q.arrival_s, q.num_prompt_tokens, h,
-                              role_of(q.session_id), q.max_wait_s)  # fmt: skip
+                              role_of(q.session_id))  # fmt: skip
 
     def residency(self) -> ResidencyView:
-        """The pool's residency now: the mirror after this dispatch's KV events."""
+        """The pool's residency now: the mirror after the KV events since the last look."""
         if self._feeds is None:
-            self._feeds = [r.subscribe_residency() for r in self.replicas]
+            self._feeds = [r.subscribe_residency() for r in self.replicas.values()]
         for i, feed in enumerate(self._feeds):
             self.mirror.apply(i, feed.drain())
         return self.mirror.view()
 
-    def _room(self) -> int:
-        cap = self.max_in_flight or 0
-        return sum(max(0, cap - r.num_outstanding) for r in self.replicas)
+    def _priority(self, q: QueuedTurn, residency: ResidencyView) -> int:
+        assert self.cache_aware is not None
+        p = self.cache_aware.priority(self.waiting(q), residency)
+        return DEFAULT_PRIORITY if p is None else p
 
-    def __call__(self, queued: Sequence[QueuedTurn], now_s: float) -> list[str]:
-        if not queued:
-            return []
-        rec = self.recorder
-        if self.max_in_flight is not None and len(queued) <= self._room():
-            # every waiting turn is submitted now whatever the order: skip the photograph
-            return [
-                q.request_id
-                for q in fcfs_order(queued, lambda q: q.arrival_s, lambda q: q.request_id)
-            ]
-        if self.reads_residency:
-            with rec.measure(Op.KV_STATE_UPDATE):
+    # -- the replay's hooks -------------------------------------------------------------------
+
+    def controls(self, q: QueuedTurn) -> tuple[Control, ...]:
+        """The controls a turn is submitted with."""
+        out: list[Control] = []
+        if self.guard is not None:
+            out.append(self.guard.control())
+        if self.cache_aware is not None:
+            with self.recorder.measure(Op.KV_STATE_UPDATE):
                 residency = self.residency()
-        else:
-            residency = ResidencyView.of({}, self.block_size)
-        with rec.measure(Op.SCHEDULING_DECISION):
-            views = [self.waiting(q) for q in queued]
-            if self._hot:
-                for w in views:
-                    if w.request_id in self._hot and not self.policy.recheck(w, residency):
-                        self.num_recheck_demoted += 1
-            ranked = self.policy.order(views, residency, now_s)
-            if self.reads_residency:
-                self._hot = {w.request_id for w in views if _is_hot(self.policy, w, residency)}
-        self.num_orders += 1
-        self.max_wait_seen_s = max(self.max_wait_seen_s, max(now_s - q.arrival_s for q in queued))
-        return ranked
+            with self.recorder.measure(Op.SCHEDULING_DECISION):
+                prio = self._priority(q, residency)
+            self._sent[q.request_id] = prio
+            out.append(Priority(prio))
+        return tuple(out)
+
+    def on_submit(self, q: QueuedTurn, replica: str) -> None:
+        if self.cache_aware is None:
+            return
+        prio = self._sent.pop(q.request_id, DEFAULT_PRIORITY)
+        self._pending[q.request_id] = (q, replica, prio)
+        if not self._timer:
+            self._timer = True
+            clock = self.replicas[replica].clock
+            clock.call_at(clock.now() + self.refresh_s, self._refresh, name="hear refresh")
+
+    def on_complete(self, session: Session, turn: Turn, result: TurnResult) -> None:
+        self._pending.pop(result.request_id, None)
+
+    def _refresh(self) -> None:
+        self._timer = False
+        if not self._pending:
+            return
+        self.num_refreshes += 1
+        with self.recorder.measure(Op.KV_STATE_UPDATE):
+            residency = self.residency()
+        with self.recorder.measure(Op.SCHEDULING_DECISION):
+            for rid, (q, replica, old) in list(self._pending.items()):
+                new = self._priority(q, residency)
+                if new == old:
+                    continue
+                res = self.replicas[replica].update(rid, [Priority(new)])
+                self.num_updates += 1
+                if res.honoured:
+                    self._pending[rid] = (q, replica, new)
+                else:  # it already runs (or ended): its place in the queue is moot
+                    del self._pending[rid]
+        if self._pending:
+            self._timer = True
+            clock = next(iter(self.replicas.values())).clock
+            clock.call_at(clock.now() + self.refresh_s, self._refresh, name="hear refresh")
 
 
-def _is_hot(policy: OrderingPolicy, w: WaitingRequest, residency: ResidencyView) -> bool:
-    if isinstance(policy, CacheAware):
-        return policy.is_hot(w, residency)
-    if isinstance(policy, Composed):
-        return any(_is_hot(p, w, residency) for p in policy.policies)
-    return False
-
-
-class RetentionHook:
-    """Session-Aware retention as the replay driver's `on_complete` hook (module docstring).
+class ContinuationHook:
+    """Session-Aware as the replay's `on_complete` hook (module docstring).
 
     Args:
-        policy: the retention policy.
+        policy: the Session-Aware policy.
         replicas: every replica a turn can run on (by name).
         recorder: where control-plane time goes.
         then: another `on_complete` hook to call afterwards.
@@ -224,7 +222,7 @@ class RetentionHook:
 
     def __init__(
         self,
-        policy: SessionRetention,
+        policy: SessionAware,
         replicas: Sequence[SimReplica],
         recorder: OverheadRecorder | None = None,
         then: Callable[[Session, Turn, TurnResult], None] | None = None,
@@ -234,22 +232,9 @@ class RetentionHook:
         self.recorder = recorder if recorder is not None else OverheadRecorder()
         self.then = then
         self.views: dict[str, SessionView] = {}
-        self.home: dict[str, str] = {}
-        # turn counts of the ended sessions, sorted as they end: the estimator's only input
-        self._ended_turns: list[int] = []
-        # open sessions per replica, in the order they were first seen (the release loop's
-        # order): a session leaves when it ends, so the loop is as long as what is open
-        self._open: dict[str, dict[str, None]] = {}
-        self.released: set[str] = set()
-        self.num_retains = 0
-        self.num_releases = 0
-        self.num_honoured = 0
-        self._hashes: dict[str, tuple[int, ...]] = {}
-
-    def estimator(self) -> ContinuationEstimator:
-        """The continuation estimate from ended sessions only (what `ContinuationEstimator
-        .from_sessions` gives for them, kept sorted as sessions end instead of re-sorted)."""
-        return ContinuationEstimator(tuple(self._ended_turns))
+        self._completed: list[SessionView] = []
+        self._model = ContinuationModel((), None)
+        self.num_intents = 0
 
     def __call__(self, session: Session, turn: Turn, result: TurnResult) -> None:
         with self.recorder.measure(Op.OUTCOME_REPORT):
@@ -261,45 +246,28 @@ class RetentionHook:
         rep = self.replicas.get(result.replica)
         if rep is None:
             raise ConfigError(
-                f"RetentionHook: turn {result.request_id} ran on unknown replica "
+                f"ContinuationHook: turn {result.request_id} ran on unknown replica "
                 f"{result.replica!r}; pass every replica of the pool"
             )
         sid = session.session_id
-        ended = result.status != "completed" or turn.turn_index == len(session.turns) - 1
         prev = self.views.get(sid)
+        gaps = prev.gaps_s if prev is not None else ()
+        if prev is not None and turn.turn_index > 0:
+            gaps = (*gaps, max(0.0, result.arrival_s - prev.last_active_s))
+        ended = result.status != "completed" or turn.turn_index == len(session.turns) - 1
         done = (prev.num_turns if prev is not None else 0) + (result.status == "completed")
         hashes = engine_hashes(turn.num_prompt_tokens, turn.prefix_block_hashes, turn.block_size,
                                rep.config.block_size)  # fmt: skip
-        view = SessionView(sid, ContextRef(sid, turn.turn_index), hashes, done,
-                           result.finish_s, ended)  # fmt: skip
+        view = SessionView(sid, ContextRef(sid, turn.turn_index), hashes, done, result.finish_s,
+                           ended, gaps)  # fmt: skip
         self.views[sid] = view
-        self.home[sid] = rep.name
-        open_here = self._open.setdefault(rep.name, {})
+        # the forecast never uses the session's own future: it is told (open view) before the
+        # conversation, if this was its last turn, joins the completed ones the model learns from
+        rep.inform(self.policy.intent(dataclasses.replace(view, ended=False), self._model))
+        self.num_intents += 1
         if ended:
-            bisect.insort(self._ended_turns, view.num_turns)
-            open_here.pop(sid, None)
-        else:
-            open_here.setdefault(sid, None)
-        now = result.finish_s
-        est = self.estimator()
-        controls: list[Control] = list(self.policy.controls([view], now, estimator=est))
-        # other open sessions on this replica that decayed under the threshold: release once
-        for other_id in open_here:
-            if other_id == sid or other_id in self.released:
-                continue
-            other = self.views[other_id]
-            if self.policy.retention_priority(other, est, now) < self.policy.release_below:
-                controls.append(CacheRelease(other.context, other.block_hashes))
-                self.released.add(other_id)
-        for c in controls:
-            if isinstance(c, CacheRetain):
-                self.num_retains += 1
-                self.released.discard(sid)
-            else:
-                self.num_releases += 1
-        if controls:
-            res = rep.control(controls)
-            self.num_honoured += len(res.honoured)
+            self._completed.append(view)
+            self._model = ContinuationModel.fit(self._completed)
 
 
 class ModeReplica:

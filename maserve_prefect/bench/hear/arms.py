@@ -2,9 +2,11 @@
 
 One idea: every arm of a suite replays the *same* recorded `SessionSet` (checked by content hash)
 on a fresh pool (`make_pool`), so arms differ only in policy. `parse_arm` builds an `Arm` from a
-`+`-joined spec; `run_arm` wires the arm's policies onto the session-replay driver through the
-adapters (`PolicyOrder`, `RetentionHook`, `ModeReplica`) with one `OverheadRecorder`, and returns
-the replay result with the control-plane accounting (`ArmRun`).
+`+`-joined spec; `run_arm` wires the arm's policies onto the session replay through the adapters
+(`EngineOrdering`, `ContinuationHook`, `ModeReplica`) with one `OverheadRecorder`: every turn is
+submitted when it arrives, with what the policies attach, and the engine — FCFS, or its priority
+policy for Cache-Aware arms — decides what runs. It returns the replay result with the
+control-plane accounting (`ArmRun`).
 """
 
 from __future__ import annotations
@@ -13,20 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maserve_prefect.bench.hear.adapters import ModeReplica, PolicyOrder, RetentionHook
+from maserve_prefect.bench.hear.adapters import ContinuationHook, EngineOrdering, ModeReplica
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear.modemap import ModeRecord
 from maserve_prefect.hear.overhead import OverheadRecorder
-from maserve_prefect.hear.policies import (
-    CacheAware,
-    Fcfs,
-    GuardW,
-    OrderingPolicy,
-    RoleModeSelection,
-    SessionRetention,
-    compose,
-)
+from maserve_prefect.hear.policies import CacheAware, GuardW, RoleModeSelection, SessionAware
 from maserve_prefect.replay.session_results import SessionReplayResult
 from maserve_prefect.replay.sessions import replay_sessions
 from maserve_prefect.workloads.sessions import SessionSet
@@ -59,46 +53,71 @@ def make_pool(
 
 @dataclass(frozen=True, slots=True)
 class Arm:
-    """One policy arm: an ordering policy, optional retention and role -> mode selection."""
+    """One policy arm: what the harness sends the engine, and how the engine schedules.
+
+    Attributes:
+        cache_aware: send Cache-Aware priorities (the engine then runs its priority policy).
+        guard: send a Guard-W waiting requirement with every submission.
+        session_aware: tell continuation forecasts after every completed turn.
+        selection: role -> execution-mode selection (the role -> mode suite).
+        harness_cap: an ablation, named separately: the harness holds turns back so that a
+            replica never has more than this many of them (None: every turn goes to the
+            engine as it arrives — every arm of the paper's experiments).
+    """
 
     name: str
-    order: OrderingPolicy
-    retention: SessionRetention | None = None
+    cache_aware: CacheAware | None = None
+    guard: GuardW | None = None
+    session_aware: SessionAware | None = None
     selection: RoleModeSelection | None = None
+    harness_cap: int | None = None
+
+    @property
+    def engine_policy(self) -> str:
+        """The engine's scheduling policy: `priority` to honour Cache-Aware preferences, else
+        the default `fcfs` (the paper: "FCFS uses the default engine scheduler")."""
+        return "priority" if self.cache_aware is not None else "fcfs"
 
 
 def parse_arm(name: str, spec: str) -> Arm:
     """An arm from a `+`-joined spec: `fcfs`, `cache_aware`, `guard<W>` (seconds),
-    `session_aware` (retention with FCFS order unless another ordering term is given).
+    `session_aware`, and the ablation `cap<N>` (a harness cap of N turns per replica).
 
     Raises:
-        ConfigError: an unknown term.
+        ConfigError: an unknown or repeated term.
 
     Examples:
-        >>> parse_arm("x", "cache_aware+guard40").order.name
-        'guard_w+cache_aware'
-        >>> parse_arm("s", "session_aware").retention is not None
+        >>> a = parse_arm("x", "cache_aware+guard40")
+        >>> a.guard.wait_s, a.engine_policy
+        (40.0, 'priority')
+        >>> parse_arm("s", "session_aware").session_aware is not None
         True
     """
-    terms: list[OrderingPolicy] = []
-    retention = None
+    fields: dict[str, Any] = {}
+
+    def put(key: str, value: Any, term: str) -> None:
+        if key in fields:
+            raise ConfigError(f"arm {name!r}: {term!r} repeats a {key} term in {spec!r}")
+        fields[key] = value
+
     for term in spec.split("+"):
         term = term.strip()
         if term == "fcfs":
-            terms.append(Fcfs())
-        elif term == "cache_aware":
-            terms.append(CacheAware())
+            continue
+        if term == "cache_aware":
+            put("cache_aware", CacheAware(), term)
         elif term.startswith("guard") and term[5:].replace(".", "", 1).isdigit():
-            terms.append(GuardW(float(term[5:])))
+            put("guard", GuardW(float(term[5:])), term)
         elif term == "session_aware":
-            retention = SessionRetention()
+            put("session_aware", SessionAware(), term)
+        elif term.startswith("cap") and term[3:].isdigit():
+            put("harness_cap", int(term[3:]), term)
         else:
             raise ConfigError(
                 f"arm {name!r}: unknown policy term {term!r} in {spec!r}; use fcfs, "
-                "cache_aware, guard<seconds>, session_aware joined by '+'"
+                "cache_aware, guard<seconds>, session_aware (or the ablation cap<N>) joined by '+'"
             )
-    order: OrderingPolicy = compose(*terms) if terms else Fcfs()
-    return Arm(name, order, retention)
+    return Arm(name, **fields)
 
 
 @dataclass(slots=True)
@@ -108,8 +127,8 @@ class ArmRun:
     arm: Arm
     result: SessionReplayResult
     recorder: OverheadRecorder
-    order_hook: PolicyOrder
-    retention_hook: RetentionHook | None
+    ordering: EngineOrdering
+    continuation: ContinuationHook | None
     mode_records: list[ModeRecord]
     replicas: list[SimReplica] = field(default_factory=list)
 
@@ -139,24 +158,32 @@ def run_arm(
     arm: Arm,
     replicas: Sequence[SimReplica],
     *,
-    max_in_flight: int | None,
+    refresh_s: float = 1.0,
     expect_hash: str | None = None,
 ) -> ArmRun:
-    """Replay `sset` on fresh `replicas` under `arm`.
+    """Replay `sset` on fresh `replicas` (built with `arm.engine_policy`) under `arm`.
 
     Raises:
         ConfigError: `sset`'s content hash is not `expect_hash` (a workload must be replayed
-            identically for every policy).
+            identically for every policy), or the replicas do not run the arm's policy.
     """
     if expect_hash is not None and sset.content_hash() != expect_hash:
         raise ConfigError(
             f"arm {arm.name!r}: workload hash {sset.content_hash()[:12]} differs from the "
             f"recorded {expect_hash[:12]}; every arm must replay the same SessionSet"
         )
+    wrong = [r.name for r in replicas if r.config.policy.value != arm.engine_policy]
+    if wrong:
+        raise ConfigError(
+            f"arm {arm.name!r} needs engines scheduling by {arm.engine_policy!r}; {wrong} do not "
+            "(build them with make_pool(..., scheduler={'policy': arm.engine_policy}))"
+        )
     recorder = OverheadRecorder()
-    order = PolicyOrder(arm.order, replicas, recorder, max_in_flight)
-    retention = (
-        RetentionHook(arm.retention, replicas, recorder) if arm.retention is not None else None
+    ordering = EngineOrdering(arm.cache_aware, arm.guard, replicas, recorder, refresh_s)
+    continuation = (
+        ContinuationHook(arm.session_aware, replicas, recorder, then=ordering.on_complete)
+        if arm.session_aware is not None
+        else None
     )
     records: list[ModeRecord] = []
     targets: list[Any] = (
@@ -165,9 +192,12 @@ def run_arm(
         else list(replicas)
     )
     result = replay_sessions(
-        sset, targets, deployment="m", order=order, on_complete=retention,
-        max_in_flight=max_in_flight,
+        sset, targets, deployment="m",
+        controls=ordering.controls if ordering.controls_at_submit else None,
+        on_submit=ordering.on_submit,
+        on_complete=continuation if continuation is not None else ordering.on_complete,
+        max_in_flight=arm.harness_cap,
     )  # fmt: skip
     if result.content_hash != sset.content_hash():
         raise ConfigError(f"arm {arm.name!r}: the replay reports a different workload hash")
-    return ArmRun(arm, result, recorder, order, retention, records, list(replicas))
+    return ArmRun(arm, result, recorder, ordering, continuation, records, list(replicas))

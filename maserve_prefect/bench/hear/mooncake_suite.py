@@ -1,33 +1,47 @@
-"""The Mooncake HEAR experiment: five policies at 50 / 75 / 100 % load on one fixed pool.
+"""The Mooncake HEAR experiment as the paper runs it: five policies at 50 / 75 / 100 % load,
+beside the paper's Table 4.
 
-One idea: sessions are inferred once from the shared Mooncake-format trace
-(`workloads.mooncake_load_levels`: sessions starting in a 15-minute window, nested seeded 50 /
-75 / 100 % subsets); each load level is one recorded `SessionSet` whose hash every arm checks.
-The pool is fixed before any policy is compared and is the same for every arm and load. Its size
-is a rule, not a number (`pool.sizing` in the YAML, `bench.hear.pool_sizing`): the smallest
-number of RTX PRO 6000s (Qwen3-8B, 96 GiB host KV tier each) at which FCFS meets the stated TTFT
-SLO at 50 % load, found by a sweep the suite runs and prints. A YAML may instead pin
-`pool.num_devices` (the sweep is then skipped and the table says so). Arrivals are open loop
-(the trace's timestamps); sessions stay on the replica of their first turn.
+One idea: sessions are inferred once from a Mooncake-format trace
+(`workloads.mooncake_load_levels`: the sessions whose first request falls in one 15-minute
+window, with their original start times and complete turn sequences; nested seeded 50 / 75 /
+100 % subsets); each load level is one recorded `SessionSet` whose hash every arm checks. The
+pool is the paper's (§4.1, A.2): Qwen3-8B on one H100 with a 96 GiB host (L2) KV tier, the same
+for every arm and load. Every turn goes to the engine at its recorded time; the arms differ only
+in what the harness sends (`bench.hear.arms`): Cache-Aware priority preferences (the engine runs
+its priority policy), a Guard-40 waiting requirement, Session-Aware continuation intents the
+engine's eviction ranking reads.
 
-Table: per load and arm TTFT p50 / p95, session time, throughput and reuse (and the part of it
-loaded from the host tier, with the PCIe seconds it cost), with a paper column ("n/a": the issue
-gives no Mooncake figures), the pool-size sweep, and the control-plane overhead rows. The suite
-file is `experiment: mooncake` of `kind: hear` (`bench.hear.suite_file.MooncakeSuite`).
+The paper replays a production trace that is not shipped; the suite reads `workload.trace`
+(`maserve bench run ... --trace FILE` replaces it), by default the shared synthetic trace, and
+its header names the trace and its SHA-256. With another trace the comparison is in *shape*
+(`bench.hear.shape`): per load and metric, the order of the policies and the sign of each
+policy's effect against FCFS, beside the paper's.
+
+Tables: per load and arm TTFT p50 / p95 / max, session (total response-waiting time per
+conversation, mean over conversations), throughput (turns per minute) and reuse (follow-up
+prompt tokens), each beside the paper's; the shape comparison; the host-tier use; the
+control-plane overhead. A YAML may give `pool.sizing` instead of `num_devices` (an FCFS sweep
+then fixes the size, `bench.hear.pool_sizing`). The suite file is `experiment: mooncake` of
+`kind: hear` (`bench.hear.suite_file.MooncakeSuite`).
 
 Examples:
     >>> from maserve_prefect.bench.hear.suite_file import HearPool
-    >>> mooncake_pool_size(HearPool(gpu="H100", model="Qwen3-8B", num_devices=2), None, {})
-    (2, 'pinned by pool.num_devices', [])
+    >>> mooncake_pool_size(HearPool(gpu="H100", model="Qwen3-8B", num_devices=1), {})
+    (1, 'pinned by pool.num_devices', [])
+    >>> PAPER_TABLE4["100%"]["fcfs"]["ttft_p50_s"]
+    163.9
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from pathlib import Path
 from typing import Any
 
 from maserve_prefect.bench.hear.arms import ArmRun, make_pool, parse_arm, run_arm
 from maserve_prefect.bench.hear.pool_sizing import SizingRule, SizingStep, size_pool
+from maserve_prefect.bench.hear.shape import shape_rows
 from maserve_prefect.bench.hear.suite_file import HearPool, MooncakeSuite
 from maserve_prefect.bench.hear.tables import arm_row, overhead_rows
 from maserve_prefect.bench.report import ProgressFn, Report, Table, columns_of
@@ -36,13 +50,57 @@ from maserve_prefect.metrics.report import markdown_table
 from maserve_prefect.workloads.mooncake_sessions import mooncake_load_levels
 from maserve_prefect.workloads.sessions import SessionSet
 
-__all__ = ["mooncake_pool_size", "mooncake_workloads", "run_mooncake"]
+__all__ = ["PAPER_TABLE4", "mooncake_pool_size", "mooncake_workloads", "run_mooncake"]
 
-COLUMNS = ("load", "policy", "ttft_p50_s", "ttft_p95_s", "session_p50_s", "session_mean_s",
-           "throughput_rps", "makespan_s", "makespan_incl_cp_s", "reuse", "reuse_host",
-           "host_load_s", "num_completed", "control_plane_share", "paper")  # fmt: skip
+_KEYS = ("ttft_p50_s", "ttft_p95_s", "ttft_max_s", "session_s", "throughput_tpm",
+         "followup_reuse")  # fmt: skip
+
+
+def _paper(*rows: tuple[str, float, float, float, float, float, float]) -> dict[str, Any]:
+    return {arm: dict(zip(_KEYS, vals, strict=True)) for arm, *vals in rows}
+
+
+SA_CA_G = "session_aware+cache_aware+guard40"
+PAPER_TABLE4: dict[str, dict[str, dict[str, float]]] = {
+    "50%": _paper(
+        ("fcfs", 0.7, 2.8, 6.2, 13.7, 86.1, 0.195),
+        ("cache_aware", 0.6, 2.4, 5.9, 13.3, 86.0, 0.202),
+        ("cache_aware+guard40", 0.6, 2.8, 7.4, 13.6, 86.2, 0.196),
+        ("session_aware", 0.6, 2.5, 6.3, 13.0, 86.6, 0.319),
+        (SA_CA_G, 0.5, 2.3, 6.1, 12.7, 86.8, 0.321),
+    ),
+    "75%": _paper(
+        ("fcfs", 10.9, 51.9, 56.7, 50.2, 116.4, 0.080),
+        ("cache_aware", 8.7, 42.9, 49.6, 42.6, 119.2, 0.101),
+        ("cache_aware+guard40", 9.1, 42.3, 47.9, 42.5, 119.3, 0.081),
+        ("session_aware", 10.5, 39.0, 45.1, 43.2, 119.5, 0.161),
+        (SA_CA_G, 8.2, 39.8, 45.4, 39.8, 121.0, 0.169),
+    ),
+    "100%": _paper(
+        ("fcfs", 163.9, 277.0, 281.5, 256.9, 122.7, 0.052),
+        ("cache_aware", 86.8, 209.9, 220.9, 156.1, 128.3, 0.100),
+        ("cache_aware+guard40", 97.1, 209.2, 217.6, 178.7, 122.8, 0.080),
+        ("session_aware", 93.0, 199.2, 207.8, 171.8, 124.6, 0.127),
+        (SA_CA_G, 161.7, 267.4, 277.7, 243.2, 108.9, 0.125),
+    ),
+}
+"""The paper's Table 4 (production Mooncake trace, Qwen3-8B on one H100, 96 GiB L2 KV cache),
+by load and arm name; session = total response waiting per conversation, throughput in turns
+per minute, reuse over follow-up prompt tokens."""
+PAPER_SETUP = (
+    "paper: production Mooncake trace (not shipped), 50/75/100 % of the sessions starting in one "
+    "15-minute window, Qwen3-8B on one H100 with a 96 GiB L2 KV cache (vLLM), Guard W = 40 s"
+)
+SHAPE_METRICS = {"ttft_p50_s": True, "ttft_p95_s": True, "ttft_max_s": True, "session_s": True,
+                 "throughput_tpm": False, "followup_reuse": False}  # fmt: skip
+"""The metrics compared in shape: name -> lower is better."""
+COLUMNS = ("load", "policy", "ttft_p50_s", "paper_ttft_p50_s", "ttft_p95_s", "paper_ttft_p95_s",
+           "ttft_max_s", "paper_ttft_max_s", "session_s", "paper_session_s", "throughput_tpm",
+           "paper_throughput_tpm", "followup_reuse", "paper_followup_reuse", "num_completed")  # fmt: skip
 """The arm table's shown columns (the JSON keeps every column; each load level's workload hash
 is in the header)."""
+HOST_COLUMNS = ("load", "policy", "reuse", "reuse_host", "host_load_s", "num_host_loads",
+                "num_intents", "num_priority_updates", "makespan_s", "makespan_incl_cp_s")  # fmt: skip
 
 
 def mooncake_workloads(suite: MooncakeSuite) -> dict[float, SessionSet]:
@@ -59,7 +117,7 @@ def mooncake_workloads(suite: MooncakeSuite) -> dict[float, SessionSet]:
 
 
 def mooncake_pool_size(
-    pool: HearPool, max_in_flight: int | None, levels: dict[float, SessionSet]
+    pool: HearPool, levels: dict[float, SessionSet]
 ) -> tuple[int, str, list[SizingStep]]:
     """The suite's device count, how it was chosen, and the sizing sweep (empty when pinned).
 
@@ -77,16 +135,36 @@ def mooncake_pool_size(
         raise ConfigError(
             f"pool.sizing.load {rule.load} is not a workload fraction {sorted(levels)}"
         )
-    n, steps = size_pool(
-        sset,
-        rule,
-        gpu=pool.gpu,
-        model=pool.model,
-        host_kv_gib=float(pool.host_kv_gib),
-        scheduler=dict(pool.scheduler),
-        max_in_flight=max_in_flight,
-    )
+    n, steps = size_pool(sset, rule, gpu=pool.gpu, model=pool.model,
+                         host_kv_gib=float(pool.host_kv_gib), scheduler=dict(pool.scheduler))  # fmt: skip
     return n, rule.describe(), steps
+
+
+def trace_line(path: Path) -> str:
+    """Which trace produced the tables: its path and the first 12 hex digits of its SHA-256."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return f"trace {path} (sha256 {digest[:12]})"
+
+
+def _row(load: str, run: ArmRun) -> dict[str, Any]:
+    row = arm_row(run)
+    row["session_s"] = row["session_wait_mean_s"]
+    paper = PAPER_TABLE4.get(load, {}).get(row["policy"], {})
+    for key in _KEYS:
+        row[f"paper_{key}"] = paper.get(key, math.nan)
+    return {"load": load, **row}
+
+
+def shape_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per load and metric: measured vs paper policy order and effect signs (`bench.hear.shape`)."""
+    out: list[dict[str, Any]] = []
+    for load in dict.fromkeys(r["load"] for r in rows):
+        paper = PAPER_TABLE4.get(load)
+        if paper is None:
+            continue
+        measured = {r["policy"]: r for r in rows if r["load"] == load}
+        out += [{"load": load, **r} for r in shape_rows(measured, paper, SHAPE_METRICS)]
+    return out
 
 
 def run_mooncake(
@@ -107,12 +185,13 @@ def run_mooncake(
     cfg = suite.scaled(scale)
     levels = mooncake_workloads(cfg)
     pool = cfg.pool
-    num_devices, how, sweep = mooncake_pool_size(pool, cfg.max_in_flight, levels)
+    num_devices, how, sweep = mooncake_pool_size(pool, levels)
     rows: list[dict[str, Any]] = []
     runs: list[ArmRun] = []
     files: list[Path] = []
     total, done = len(levels) * len(cfg.arms), 0
     for frac, sset in sorted(levels.items()):
+        load = f"{frac:.0%}"
         digest = sset.content_hash()
         if out_dir is not None:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -120,34 +199,54 @@ def run_mooncake(
                 sset.save(Path(out_dir) / f"hear_mooncake_{scale}_{int(frac * 100)}.jsonl")
             )
         for name, spec in cfg.arms.items():
+            arm = parse_arm(name, spec)
             replicas = make_pool(pool.gpu, pool.model, num_devices, float(pool.host_kv_gib),
-                                 dict(pool.scheduler))  # fmt: skip
-            run = run_arm(sset, parse_arm(name, spec), replicas,
-                          max_in_flight=cfg.max_in_flight, expect_hash=digest)  # fmt: skip
+                                 {**pool.scheduler, "policy": arm.engine_policy})  # fmt: skip
+            run = run_arm(sset, arm, replicas, refresh_s=cfg.refresh_s, expect_hash=digest)
             runs.append(run)
-            rows.append({"load": f"{frac:.0%}", **arm_row(run), "paper": "n/a"})
+            rows.append(_row(load, run))
             done += 1
             if progress is not None:
-                progress(done, total, f"{frac:.0%}/{name}")
+                progress(done, total, f"{load}/{name}")
         if out_dir is not None:  # a full run takes a while: keep what is done so far
             partial = Path(out_dir) / f"hear_mooncake_{scale}.partial.md"
             partial.write_text(markdown_table(columns_of(rows, COLUMNS)) + "\n")
             if partial not in files:
                 files.append(partial)
+    trace = trace_line(cfg.path(cfg.workload.trace).resolve())
     header = [
-        f"HEAR Mooncake ({scale}): window {cfg.workload.window_s} s, loads "
+        f"HEAR Mooncake ({scale}): {trace}; window {cfg.workload.window_s:g} s, loads "
         + ", ".join(
             f"{f:.0%}={len(s)} sessions/{s.num_turns} turns (workload {s.content_hash()[:12]})"
-            for f, s in levels.items()
+            for f, s in sorted(levels.items())
         )
-        + f"; fixed pool {num_devices} x {pool.gpu} {pool.model} ({how}), host KV "
-        f"{pool.host_kv_gib} GiB each, max_in_flight {cfg.max_in_flight}"
+        + f"; {num_devices} x {pool.gpu} {pool.model} ({how}), host KV {pool.host_kv_gib} GiB "
+        f"each; every turn to the engine at its recorded time; Cache-Aware priorities refreshed "
+        f"every {cfg.refresh_s:g} s",
+        PAPER_SETUP,
     ]
-    sizing = [s.row() for s in sweep]
     tables = {
-        "arms": Table(rows, "Policy arms per load level", COLUMNS),
-        "overhead": Table(overhead_rows(runs), "Control-plane overhead (host CPU), all loads"),
-        "pool_sizing": Table(sizing, f"Pool size: {how}"),
-        "meta": Table([{"scale": scale, "num_devices": num_devices, "pool_rule": how}], "Pool"),
+        "arms": Table(
+            rows, f"Policy arms per load level beside the paper's Table 4 ({trace})", COLUMNS
+        ),  # fmt: skip
+        "shape": Table(
+            shape_table(rows),
+            "In shape: policy order (best first) and effect signs "
+            "vs FCFS, measured/paper ('+' better, '-' worse, '=' within 2 %)",
+        ),  # fmt: skip
+        "host_tier": Table(
+            rows,
+            "Reuse from the host tier, intents and priority updates",
+            HOST_COLUMNS,
+            detail=True,
+        ),  # fmt: skip
+        "overhead": Table(
+            overhead_rows(runs), "Control-plane overhead (host CPU), all loads", detail=True
+        ),  # fmt: skip
+        "meta": Table(
+            [{"scale": scale, "trace": trace, "num_devices": num_devices, "pool_rule": how}], "Pool"
+        ),  # fmt: skip
     }
+    if sweep:
+        tables["pool_sizing"] = Table([s.row() for s in sweep], f"Pool size: {how}")
     return Report(tables, header=header, files=files)

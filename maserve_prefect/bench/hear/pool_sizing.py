@@ -114,7 +114,6 @@ def size_pool(
     model: str,
     host_kv_gib: float,
     scheduler: Mapping[str, Any] | None = None,
-    max_in_flight: int | None = None,
 ) -> tuple[int, list[SizingStep]]:
     """The smallest device count whose `rule.policy` replay of `sset` meets the SLO.
 
@@ -130,8 +129,8 @@ def size_pool(
     arm = parse_arm(rule.policy, rule.policy)
     steps: list[SizingStep] = []
     for n in range(1, rule.max_devices + 1):
-        replicas = make_pool(gpu, model, n, host_kv_gib, dict(scheduler or {}))
-        res = run_arm(sset, arm, replicas, max_in_flight=max_in_flight).result
+        sched = {**(scheduler or {}), "policy": arm.engine_policy}
+        res = run_arm(sset, arm, make_pool(gpu, model, n, host_kv_gib, sched)).result
         q = res.ttft_percentile(rule.ttft_quantile)
         step = SizingStep(n, q, res.ttft_percentile(50), res.makespan_s, res.reuse,
                           q <= rule.ttft_slo_s)  # fmt: skip

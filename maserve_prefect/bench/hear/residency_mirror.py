@@ -8,7 +8,8 @@ did not finish the 75 % load in 45 minutes). The mirror instead subscribes to ea
 what changed since the last dispatch, so its cost follows the work the engines did.
 
 Merging: a block counts as resident when any replica holds it; the faster tier wins (GPU over
-CPU) — the same rule as `adapters.merged_residency`, which the tests hold the mirror to. Each
+CPU) — the same rule as `merged_residency`, a photograph of the pool from every replica's state
+report, which the tests hold the mirror to. Each
 (replica, tier) keeps the set it holds, so a repeated store (a host-tier hash stored again) or a
 removal of something never stored changes nothing.
 
@@ -26,11 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from maserve_prefect.protocol.controls import Tier
 from maserve_prefect.protocol.state import ResidencyView
 
-__all__ = ["ResidencyMirror"]
+if TYPE_CHECKING:
+    from maserve_prefect.engines.sim.replica import SimReplica
+
+__all__ = ["ResidencyMirror", "merged_residency"]
 
 Change = tuple[Tier, bool | None, list[int]]
 
@@ -108,3 +113,24 @@ class _DecisionView(ResidencyView):
         n = super().reusable_blocks(block_hashes)
         memo[id(block_hashes)] = (block_hashes, n)
         return n
+
+
+def merged_residency(
+    replicas: Sequence[SimReplica], needed: set[int] | None = None
+) -> ResidencyView:
+    """A photograph: one view over every replica's state report (the faster tier wins for a
+    shared block) — what the mirror must equal, at a cost that grows with the pool's residency.
+
+    With `needed`, each replica is asked about only those hashes (`SimReplica.hear_state`).
+    """
+    tiers: dict[int, Tier] = {}
+    block_size = 16
+    for rep in replicas:
+        report = rep.hear_state(needed)
+        block_size = report.block_size
+        for rng in report.residency:
+            for h in rng.block_hashes:
+                old = tiers.get(h)
+                if old is None or rng.tier < old:
+                    tiers[h] = rng.tier
+    return ResidencyView.of(tiers, block_size)

@@ -35,7 +35,7 @@ from maserve_prefect.bench.hear.tables import arm_row, overhead_rows
 from maserve_prefect.bench.report import ProgressFn, Report, Table
 from maserve_prefect.hear.mode_calibration import DevRun, calibrate
 from maserve_prefect.hear.modemap import ModeMap
-from maserve_prefect.hear.policies import Fcfs, RoleModeSelection
+from maserve_prefect.hear.policies import RoleModeSelection
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import Session, SessionSet
 
@@ -113,8 +113,8 @@ def run_role_modes(
     def replay(sset: SessionSet, mapping: ModeMap) -> ArmRun:
         reps = make_pool(pool.gpu, pool.model, pool.num_devices or 1, float(pool.host_kv_gib),
                          dict(pool.scheduler))  # fmt: skip
-        arm = Arm(mapping.version, Fcfs(), selection=RoleModeSelection(mapping))
-        return run_arm(sset, arm, reps, max_in_flight=cfg.max_in_flight)
+        arm = Arm(mapping.version, selection=RoleModeSelection(mapping))
+        return run_arm(sset, arm, reps)
 
     def run_fn(role: str, mode: str, i: int) -> DevRun:
         mapping = ModeMap.of(f"dev-{role}-{mode}", {role: mode}, default="dense")

@@ -15,11 +15,11 @@ runs. The header fields (name, kind, description, schedule) are every suite's
     kind: hear
     experiment: scbench                        # scbench | mooncake | role_modes
     pool: {gpu: RTX-PRO-6000, model: Qwen3-8B, num_devices: 1, host_kv_gib: 96}
-    max_in_flight: 4                           # harness cap on requests in flight per replica
+    refresh_s: 1.0                             # Cache-Aware priority refresh interval
     arms: {fcfs: fcfs, ca-g40: cache_aware+guard40}   # arm name -> `+`-joined policy terms
     workload: {seed: 0, num_sessions: 64, mean_turns: 5.2}   # the experiment's own keys
     scales:
-      demo: {max_in_flight: 2, workload: {num_sessions: 24}}
+      demo: {workload: {num_sessions: 24}}
       full: {}
 
 Numbers a workload generator records in its metadata (`Number`) keep the type they were written
@@ -42,6 +42,7 @@ from typing import Any, Literal, Self
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from maserve_prefect.bench.suite_base import FrozenModel, SuiteBase, error_text
+from maserve_prefect.errors import ConfigError
 from maserve_prefect.workloads.scbench import ScbenchConfig
 
 Number = int | float
@@ -85,6 +86,7 @@ class ScbenchParams(FrozenModel):
     min_turns: int = _DEFAULT.min_turns
     max_turns: int = _DEFAULT.max_turns
     think_mean_s: Number = _DEFAULT.think_mean_s
+    think_std_s: Number | None = _DEFAULT.think_std_s
     query_tokens: tuple[int, int] = _DEFAULT.query_tokens
     answer_tokens: tuple[int, int] = _DEFAULT.answer_tokens
     include_history: bool = _DEFAULT.include_history
@@ -137,7 +139,8 @@ class HearSuite(SuiteBase):
     kind: Literal["hear"]
     experiment: str
     pool: HearPool
-    max_in_flight: int | None = Field(default=None, ge=1)
+    refresh_s: float = Field(default=1.0, gt=0)
+    """Seconds between the harness's Cache-Aware priority refreshes from residency."""
     scales: dict[str, dict[str, Any]] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -179,12 +182,45 @@ class HearSuite(SuiteBase):
         return type(self).model_validate(data, context={"scaled": True})
 
 
+class FcfsTarget(FrozenModel):
+    """The paper's FCFS row the workload knobs are chosen to match (Table 3; never a policy
+    arm's figures)."""
+
+    makespan_s: float = Field(gt=0)
+    ttft_p50_s: float = Field(gt=0)
+    ttft_p95_s: float = Field(gt=0)
+    ttft_max_s: float = Field(gt=0)
+    followup_reuse: float = Field(ge=0, le=1)
+
+
+class Calibration(FrozenModel):
+    """`calibration` (SCBench): the sweep over the knobs the paper leaves unstated, run on FCFS
+    only (`maserve bench run --calibrate`; `bench.hear.calibrate`).
+
+    Attributes:
+        target: the paper's FCFS row.
+        grid: knob -> values; every combination is one FCFS run (knobs are workload keys).
+        tolerance: the relative error on makespan and TTFT p50 a point must be within.
+    """
+
+    target: FcfsTarget
+    grid: dict[str, tuple[Number, ...]] = Field(min_length=1)
+    tolerance: float = Field(default=0.15, gt=0)
+
+
 class ScbenchSuite(HearSuite):
     """`experiment: scbench`: every arm replays one recorded SCBench-style workload."""
 
     experiment: Literal["scbench"]
     arms: dict[str, str] = Field(min_length=1)
     workload: ScbenchWorkload
+    calibration: Calibration | None = None
+
+    def check(self) -> None:
+        if self.calibration is not None:
+            bad = sorted(set(self.calibration.grid) - set(ScbenchWorkload.model_fields))
+            if bad:
+                raise ValueError(f"calibration.grid: {bad} are not workload keys")
 
 
 class MooncakeSuite(HearSuite):
@@ -197,6 +233,23 @@ class MooncakeSuite(HearSuite):
     def check(self) -> None:
         if self.pool.num_devices is None and self.pool.sizing is None:
             raise ValueError("pool: give `sizing` (a rule) or `num_devices`")
+
+    def with_trace(self, trace: Path) -> MooncakeSuite:
+        """This suite reading `trace` (made absolute against the current directory) instead of
+        its `workload.trace`, at every scale.
+
+        Raises:
+            ConfigError: `trace` is not a file.
+        """
+        trace = Path(trace).resolve()
+        if not trace.is_file():
+            raise ConfigError(f"--trace {trace}: no such file; give a Mooncake-format JSONL trace")
+        data = self.model_dump(exclude_unset=True)
+        data["workload"] = {**data["workload"], "trace": trace}
+        for over in data.get("scales", {}).values():
+            if isinstance((over or {}).get("workload"), dict):
+                over["workload"].pop("trace", None)
+        return MooncakeSuite.model_validate(data)
 
 
 class RoleModesSuite(HearSuite):

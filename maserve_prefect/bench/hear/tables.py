@@ -8,9 +8,13 @@ Control-plane time (host CPU, `hear.overhead`) is measured per operation and
 included in the end-to-end time as `makespan_incl_cp_s`: the virtual makespan plus every
 control-plane second, as if each sat on the critical path (the harness runs them one at a time
 between engine steps; an upper bound). Latencies stay in virtual time so reruns are identical;
-`control_plane_share` says what the inclusion added. `reuse` is cached / prompt tokens over completed turns;
-`reuse_host` is the part of it loaded back from the host KV tier, and `host_load_s` the virtual
-seconds those PCIe loads added to the steps that admitted them (host reuse is not free).
+`control_plane_share` says what the inclusion added. `followup_reuse` is the paper's reuse: cached /
+prompt tokens over completed follow-up turns (every turn after a session's first); `reuse` counts
+every turn; `reuse_host` is the part of `reuse` loaded back from the host KV tier, and
+`host_load_s` the virtual seconds those PCIe loads added to the steps that admitted them (host
+reuse is not free). `session_wait_*` is the paper's "session": per conversation, the total time
+its user waited for responses (arrival to finish over its turns); `throughput_tpm` is turns per
+minute.
 
 Examples:
     >>> overhead_rows([])
@@ -31,6 +35,7 @@ def arm_row(run: ArmRun) -> dict[str, Any]:
     """The metric row of one arm (latencies in virtual seconds, overhead in host ms)."""
     res = run.result
     sess = res.session_time()
+    wait = res.session_waiting()
     cp_ms = sum(s.total_ns for s in run.recorder.summary().values()) / 1e6
     host_tokens, host_s, host_n = run.host_tier_use()
     prompt = sum(t.num_prompt_tokens for t in res.completed())
@@ -40,9 +45,11 @@ def arm_row(run: ArmRun) -> dict[str, Any]:
         "ttft_p95_s": res.ttft_percentile(95),
         "ttft_max_s": res.ttft_percentile(100),
         "makespan_s": res.makespan_s,
-        "session_p50_s": sess.p50,
-        "session_mean_s": sess.mean,
-        "throughput_rps": res.throughput_rps,
+        "session_wait_mean_s": wait.mean,
+        "session_wait_p50_s": wait.p50,
+        "session_span_p50_s": sess.p50,
+        "throughput_tpm": res.throughput_tpm,
+        "followup_reuse": res.followup_reuse,
         "reuse": res.reuse,
         "reuse_host": host_tokens / prompt if prompt else 0.0,
         "host_load_s": host_s,
@@ -50,15 +57,14 @@ def arm_row(run: ArmRun) -> dict[str, Any]:
         "max_queue_s": max((t.queue_s for t in res.turns), default=0.0),
         "num_turns": len(res.turns),
         "num_completed": len(res.completed()),
-        "recheck_demoted": run.order_hook.num_recheck_demoted,
+        "num_priority_updates": run.ordering.num_updates,
+        "num_intents": run.continuation.num_intents if run.continuation is not None else 0,
+        "engine_policy": run.arm.engine_policy,
         "control_plane_ms": cp_ms,
         "makespan_incl_cp_s": res.makespan_s + cp_ms / 1e3,
         "control_plane_share": cp_ms / 1e3 / res.makespan_s if res.makespan_s > 0 else 0.0,
         "workload_sha256": res.content_hash,
     }
-    if run.retention_hook is not None:
-        row["retains"] = run.retention_hook.num_retains
-        row["releases"] = run.retention_hook.num_releases
     return row
 
 

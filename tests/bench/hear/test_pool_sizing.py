@@ -7,10 +7,10 @@ import doctest
 import pytest
 
 from maserve_prefect.bench.hear import pool_sizing
-from maserve_prefect.bench.hear.adapters import merged_residency
 from maserve_prefect.bench.hear.arms import parse_arm, run_arm
 from maserve_prefect.bench.hear.mooncake_suite import mooncake_pool_size
 from maserve_prefect.bench.hear.pool_sizing import SizingRule, size_pool
+from maserve_prefect.bench.hear.residency_mirror import merged_residency
 from maserve_prefect.bench.hear.suite_file import HearPool
 from maserve_prefect.bench.hear.tables import arm_row
 from maserve_prefect.clock.kernel import Kernel
@@ -51,12 +51,12 @@ def test_sizing_rule_rejects_bad_configs() -> None:
 def test_size_pool_finds_the_smallest_pool_meeting_the_slo() -> None:
     sset = burst()
     loose = SizingRule(1.0, 90, 1e9, max_devices=4)
-    n1, steps1 = size_pool(sset, loose, **POOL, max_in_flight=1)
+    n1, steps1 = size_pool(sset, loose, **POOL)
     assert n1 == 1 and len(steps1) == 1 and steps1[0].meets_slo
     q1 = steps1[0].ttft_quantile_s
     # an SLO just under one device's p90: one device fails, and the answer is the first that meets
     tight = SizingRule(1.0, 90, 0.9 * q1, max_devices=4)
-    n, steps = size_pool(sset, tight, **POOL, max_in_flight=1)
+    n, steps = size_pool(sset, tight, **POOL)
     assert n >= 2 and [s.num_devices for s in steps] == list(range(1, n + 1))
     assert [s.meets_slo for s in steps] == [False] * (n - 1) + [True]
     assert steps[0].ttft_quantile_s == pytest.approx(q1)
@@ -65,23 +65,23 @@ def test_size_pool_finds_the_smallest_pool_meeting_the_slo() -> None:
 
 def test_size_pool_says_when_no_size_meets_it() -> None:
     with pytest.raises(ConfigError, match=r"no pool of 1\.\.2") as exc:
-        size_pool(burst(), SizingRule(1.0, 90, 1e-6, max_devices=2), **POOL, max_in_flight=1)
+        size_pool(burst(), SizingRule(1.0, 90, 1e-6, max_devices=2), **POOL)
     assert "1: " in str(exc.value) and "2: " in str(exc.value)  # the sweep is in the message
 
 
 def test_mooncake_pool_size_pinned_or_by_rule() -> None:
     sset = burst()
     pinned = HearPool.model_validate({**POOL, "num_devices": 3})
-    assert mooncake_pool_size(pinned, 1, {1.0: sset}) == (3, "pinned by pool.num_devices", [])
+    assert mooncake_pool_size(pinned, {1.0: sset}) == (3, "pinned by pool.num_devices", [])
     rule = {"load": 1.0, "ttft_quantile": 90, "ttft_slo_s": 1e9}
     ruled = HearPool.model_validate({**POOL, "sizing": rule})
-    n, how, steps = mooncake_pool_size(ruled, 1, {1.0: sset})
+    n, how, steps = mooncake_pool_size(ruled, {1.0: sset})
     assert n == 1 and "p90 TTFT <= 1e+09 s at 100% load" in how and len(steps) == 1
     half = HearPool.model_validate({**POOL, "sizing": rule | {"load": 0.5}})
     with pytest.raises(ConfigError, match="not a workload fraction"):
-        mooncake_pool_size(half, 1, {1.0: sset})
+        mooncake_pool_size(half, {1.0: sset})
     with pytest.raises(ConfigError, match="sizing"):
-        mooncake_pool_size(HearPool.model_validate(POOL), 1, {1.0: sset})
+        mooncake_pool_size(HearPool.model_validate(POOL), {1.0: sset})
 
 
 def test_host_tier_reuse_is_counted_and_charged() -> None:
@@ -94,7 +94,7 @@ def test_host_tier_reuse_is_counted_and_charged() -> None:
     sset = generate_scbench(4, 1, arrival_rate_per_s=100.0, num_contexts=None,
                             context_tokens=(4096, 4096), mean_turns=2, min_turns=2, max_turns=2,
                             think_mean_s=30.0)  # fmt: skip
-    run = run_arm(sset, parse_arm("fcfs", "fcfs"), [rep], max_in_flight=1)
+    run = run_arm(sset, parse_arm("fcfs", "fcfs"), [rep])
     tokens, seconds, count = run.host_tier_use()
     assert tokens > 0 and count > 0
     assert seconds == pytest.approx(sum(t.seconds for t in rep.hear.transfers)) and seconds > 0
@@ -103,7 +103,7 @@ def test_host_tier_reuse_is_counted_and_charged() -> None:
     assert row["host_load_s"] == pytest.approx(seconds)
     # without a host tier nothing comes back from it
     bare = SimReplica(Kernel(), make_step_model("Qwen3-0.6B", "H100"), num_gpu_blocks=300)
-    none = arm_row(run_arm(sset, parse_arm("fcfs", "fcfs"), [bare], max_in_flight=1))
+    none = arm_row(run_arm(sset, parse_arm("fcfs", "fcfs"), [bare]))
     assert none["reuse_host"] == 0.0 and none["host_load_s"] == 0.0
     assert none["reuse"] < row["reuse"]
 
@@ -115,7 +115,7 @@ def test_merged_residency_restricted_to_needed_hashes() -> None:
     sset = generate_scbench(4, 1, arrival_rate_per_s=100.0, num_contexts=None,
                             context_tokens=(4096, 4096), mean_turns=1, min_turns=1, max_turns=1,
                             think_mean_s=0.0)  # fmt: skip
-    run_arm(sset, parse_arm("fcfs", "fcfs"), [rep], max_in_flight=1)
+    run_arm(sset, parse_arm("fcfs", "fcfs"), [rep])
     full = merged_residency([rep])
     assert {t.name for t in full.tiers.values()} == {"GPU", "CPU"}  # both tiers hold blocks
     needed = set(list(full.tiers)[::3]) | {12345}

@@ -85,6 +85,14 @@ class SchedulerConfig:
     fast_forward_prefill: bool = True  # also merge full-budget chunk steps (needs fast_forward)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.policy, Policy):  # a config file names it: "fcfs" / "priority"
+            try:
+                object.__setattr__(self, "policy", Policy(self.policy))
+            except ValueError:
+                raise ConfigError(
+                    f"SchedulerConfig.policy {self.policy!r}: use one of "
+                    f"{[p.value for p in Policy]}"
+                ) from None
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
