@@ -50,6 +50,8 @@ class TurnResult:
     num_output_tokens: int
     num_cached_tokens: int
     num_preemptions: int
+    first_scheduled_s: float | None = None
+    """When the engine first scheduled it (None: never, or an engine that does not say)."""
 
     @property
     def queue_s(self) -> float:

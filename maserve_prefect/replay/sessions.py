@@ -250,7 +250,7 @@ class _Replay:
                 s.session_id, t.turn_index, q.request_id, replica,
                 "completed" if ok else "failed", out.error or "", q.arrival_s, submit_s,
                 out.first_token_s, out.finish_s, out.num_prompt_tokens, out.num_output_tokens,
-                out.num_cached_tokens, out.num_preemptions,
+                out.num_cached_tokens, out.num_preemptions, out.first_scheduled_s,
             )  # fmt: skip
         self.finish(s, t, res)
 

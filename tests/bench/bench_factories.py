@@ -87,7 +87,7 @@ def write_hear_suite(folder: Path, name: str = "toy-hear", **extra: Any) -> Path
         "description": "a tiny HEAR suite",
         "pool": {"gpu": "RTX-PRO-6000", "model": "Qwen3-0.6B", "num_devices": 1,
                  "host_kv_gib": 1},
-        "max_in_flight": 1,
+        "refresh_s": 0.5,
         "arms": {"fcfs": "fcfs", "cache_aware": "cache_aware"},
         "workload": {"seed": 0, "num_sessions": 4, "num_contexts": 1, "arrival_rate_per_s": 50.0,
                      "context_tokens": [1024, 2048], "mean_turns": 2, "min_turns": 1,

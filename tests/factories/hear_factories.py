@@ -51,11 +51,17 @@ def waiting(
 
 
 def session(
-    sid: str, num_turns: int, ended: bool, last_active_s: float = 0.0, blocks: Sequence[int] = (1,)
+    sid: str,
+    num_turns: int,
+    ended: bool,
+    last_active_s: float = 0.0,
+    blocks: Sequence[int] = (1,),
+    gaps_s: Sequence[float] = (),
 ) -> SessionView:
     return SessionView(
-        sid, ContextRef(sid, num_turns), tuple(blocks), num_turns, last_active_s, ended
-    )
+        sid, ContextRef(sid, num_turns), tuple(blocks), num_turns, last_active_s, ended,
+        tuple(gaps_s),
+    )  # fmt: skip
 
 
 class FakeReplica:

@@ -1,4 +1,5 @@
-"""HEAR ordering and retention policies: Cache-Aware, Guard-W, compose, Session-Aware."""
+"""HEAR policies: Cache-Aware (order and engine priority), Guard-W (order and MaxWait), compose,
+Session-Aware (continuation forecasts from depth and intervals, told as intents)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from hear_factories import session, waiting
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear.policies import (
     CacheAware,
-    ContinuationEstimator,
+    ContinuationModel,
     Fcfs,
     GuardW,
-    SessionRetention,
+    SessionAware,
     compose,
-    priority_controls,
 )
-from maserve_prefect.protocol.controls import CacheRelease, CacheRetain, Force, Priority, Tier
+from maserve_prefect.protocol.controls import Force, MaxWait, Tier
+from maserve_prefect.protocol.intents import ContinuationIntent
 from maserve_prefect.protocol.state import ResidencyView
 
 
@@ -116,82 +117,64 @@ def test_compose_needs_a_policy_and_flattens() -> None:
     assert [p.name for p in compose(inner, GuardW(1.0)).policies] == ["guard_w", "cache_aware"]
 
 
-def test_priority_controls_follow_the_order() -> None:
-    got = priority_controls(["b", "a"], force=Force.REQUIREMENT)
-    assert got == {
-        "b": Priority(0, force=Force.REQUIREMENT),
-        "a": Priority(1, force=Force.REQUIREMENT),
-    }
+def test_cache_aware_priority_is_minus_reusable_blocks_when_hot_else_default() -> None:
+    """Appendix A.2: priority = -N_reuse for a hot request; a cold one keeps the default."""
+    res = ResidencyView.of({0: Tier.GPU, 1: Tier.CPU, 2: Tier.GPU}, block_size=10)
+    hot = waiting("hot", 0.0, 40, blocks=[0, 1, 2, 9])  # 3 of 4 blocks reusable (one in CPU)
+    cold = waiting("cold", 0.0, 40, blocks=[0, 9, 9, 9])  # 1 of 4: under 50 %
+    gap = waiting("gap", 0.0, 40, blocks=[9, 1, 2, 0])  # matching stops at the first miss
+    assert CacheAware().priority(hot, res) == -3
+    assert CacheAware().priority(cold, res) is None
+    assert CacheAware().priority(gap, res) is None
+    # smaller runs first: the priority order is the Cache-Aware order
+    more = waiting("more", 1.0, 40, blocks=[0, 1, 2, 3])
+    res4 = ResidencyView.of(dict.fromkeys(range(4), Tier.GPU), block_size=10)
+    assert CacheAware().priority(more, res4) < CacheAware().priority(hot, res4)  # type: ignore[operator]
 
 
-# --- Session-Aware retention --------------------------------------------------------------
+def test_guard_sends_a_waiting_requirement() -> None:
+    assert GuardW(40.0).control() == MaxWait(40.0, force=Force.REQUIREMENT)
+
+
+# --- Session-Aware ---------------------------------------------------------------------------
 
 
 ENDED = [session(f"e{i}", n, ended=True) for i, n in enumerate((1, 2, 2, 3, 5))]
 
 
-def test_continuation_estimate_ignores_open_sessions() -> None:
-    base = ContinuationEstimator.from_sessions(ENDED)
-    with_open = ContinuationEstimator.from_sessions([*ENDED, session("open", 9, ended=False)])
-    assert [with_open.p_next(k) for k in range(8)] == [base.p_next(k) for k in range(8)]
-    # an ended session does move it (the test above could fail)
-    more = ContinuationEstimator.from_sessions([*ENDED, session("e9", 9, ended=True)])
-    assert more.p_next(5) != base.p_next(5)
-    # P(next | 2) from ended sessions: 4 reached 2 turns, 2 went on -> (2 + 1) / (4 + 2)
-    assert base.p_next(2) == pytest.approx(0.5)
-    assert base.p_next(3) == pytest.approx((1 + 1) / (2 + 2))
+def test_continuation_model_ignores_open_sessions() -> None:
+    base = ContinuationModel.fit(ENDED)
+    with_open = ContinuationModel.fit([*ENDED, session("open", 9, ended=False)])
+    probe = [session("p", k, ended=False) for k in range(8)]
+    assert [with_open.p_return(v) for v in probe] == [base.p_return(v) for v in probe]
+    # a completed session does move it (the test above could fail)
+    more = ContinuationModel.fit([*ENDED, session("e9", 9, ended=True)])
+    assert more.p_return(probe[5]) != base.p_return(probe[5])
+    # P(next | 2): 4 reached 2 turns, 2 went on -> (2 + 1) / (4 + 2) (Laplace)
+    assert base.p_return(probe[2]) == pytest.approx(0.5)
+    assert base.p_return(probe[3]) == pytest.approx((1 + 1) / (2 + 2))
 
 
-def test_retention_priority_decays_with_idle_time_by_the_half_life() -> None:
-    policy = SessionRetention(half_life_s=30.0)
-    est = ContinuationEstimator.from_sessions(ENDED)
-    s = session("open", 2, ended=False, last_active_s=100.0)
-    p0 = policy.retention_priority(s, est, now_s=100.0)
-    p30 = policy.retention_priority(s, est, now_s=130.0)
-    p90 = policy.retention_priority(s, est, now_s=190.0)
-    assert p0 == pytest.approx(est.p_next(2))
-    assert p30 == pytest.approx(p0 / 2)
-    assert p90 == pytest.approx(p0 / 8)
+def test_continuation_model_reads_prior_intervals() -> None:
+    """Depth and prior inter-turn intervals (the paper): quick returners are compared with
+    completed quick conversations, slow ones with slow conversations."""
+    done = [session("q1", 6, True, gaps_s=(2.0,) * 5), session("q2", 5, True, gaps_s=(3.0,) * 4),
+            session("s1", 2, True, gaps_s=(300.0,)), session("s2", 2, True, gaps_s=(200.0,))]  # fmt: skip
+    model = ContinuationModel.fit(done)
+    quick = session("o", 2, False, gaps_s=(2.5,))
+    slow = session("o", 2, False, gaps_s=(250.0,))
+    fresh = session("o", 2, False)  # no interval yet: compared with every conversation
+    assert model.p_return(quick) == pytest.approx((2 + 1) / (2 + 2))
+    assert model.p_return(slow) == pytest.approx((0 + 1) / (2 + 2))
+    assert model.p_return(fresh) == pytest.approx((2 + 1) / (4 + 2))
+    assert ContinuationModel.fit([]).p_return(quick) == 0.5  # no data: no opinion
 
 
-def test_retains_sent_at_different_times_order_as_the_decayed_priorities_do() -> None:
-    """The engine compares retains' keys only and is not re-sent them as sessions idle: a
-    session retained long ago with a high continuation estimate must still lose to one retained
-    recently with a lower estimate once its decay says so (and win before that)."""
-    policy = SessionRetention(half_life_s=30.0, release_below=0.0)
-    est = ContinuationEstimator.from_sessions(ENDED)
-    likely = session("likely", 1, ended=False, last_active_s=0.0, blocks=(1,))
-    unlikely = session("unlikely", 3, ended=False, last_active_s=20.0, blocks=(2,))
-    assert est.p_next(1) > est.p_next(3)  # the undecayed order says "likely" is kept
-    (keep_likely,) = policy.controls([likely], now_s=0.0, estimator=est)
-    (keep_unlikely,) = policy.controls([unlikely], now_s=20.0, estimator=est)
-    assert isinstance(keep_likely, CacheRetain) and isinstance(keep_unlikely, CacheRetain)
-    likely_kept = keep_likely.retention_priority > keep_unlikely.retention_priority
-    for t in (20.0, 25.0, 40.0, 100.0, 1000.0):
-        decayed = policy.retention_priority(likely, est, t) > policy.retention_priority(
-            unlikely, est, t
-        )
-        assert likely_kept == decayed, t
-    assert not likely_kept  # and here decay has already turned the order by t = 20 s
-    early = session("likely", 1, ended=False, last_active_s=15.0, blocks=(1,))
-    assert policy.eviction_key(early, est) > keep_unlikely.retention_priority
-
-
-def test_session_retention_retains_open_and_releases_ended_and_stale() -> None:
-    policy = SessionRetention(half_life_s=10.0, release_below=0.05)
-    fresh = session("fresh", 1, ended=False, last_active_s=95.0, blocks=(1, 2))
-    older = session("older", 1, ended=False, last_active_s=80.0, blocks=(3,))
-    stale = session("stale", 1, ended=False, last_active_s=0.0, blocks=(4,))
-    done = session("done", 3, ended=True, last_active_s=99.0, blocks=(5,))
-    controls = policy.controls([stale, done, older, fresh], now_s=100.0, history=ENDED)
-    kinds = [(type(c).__name__, c.subject.context_id) for c in controls]  # type: ignore[attr-defined]
-    assert kinds == [
-        ("CacheRetain", "fresh"),
-        ("CacheRetain", "older"),
-        ("CacheRelease", "done"),
-        ("CacheRelease", "stale"),
-    ]
-    retain = controls[0]
-    assert isinstance(retain, CacheRetain) and retain.block_hashes == (1, 2)
-    assert retain.retention_priority > controls[1].retention_priority  # type: ignore[attr-defined]
-    assert all(isinstance(c, CacheRelease) for c in controls[2:])
+def test_session_aware_tells_a_prediction_never_a_control() -> None:
+    model = ContinuationModel.fit(ENDED)
+    view = session("open", 2, False, blocks=(4, 5, 6))
+    intent = SessionAware().intent(view, model)
+    assert isinstance(intent, ContinuationIntent)
+    assert intent.p_return.value == pytest.approx(model.p_return(view))
+    assert intent.p_return.is_prediction and intent.block_hashes == (4, 5, 6)
+    assert intent.subject == view.context

@@ -228,24 +228,24 @@ def run_mooncake(
     tables = {
         "arms": Table(
             rows, f"Policy arms per load level beside the paper's Table 4 ({trace})", COLUMNS
-        ),  # fmt: skip
+        ),
         "shape": Table(
             shape_table(rows),
             "In shape: policy order (best first) and effect signs "
             "vs FCFS, measured/paper ('+' better, '-' worse, '=' within 2 %)",
-        ),  # fmt: skip
+        ),
         "host_tier": Table(
             rows,
             "Reuse from the host tier, intents and priority updates",
             HOST_COLUMNS,
             detail=True,
-        ),  # fmt: skip
+        ),
         "overhead": Table(
             overhead_rows(runs), "Control-plane overhead (host CPU), all loads", detail=True
-        ),  # fmt: skip
+        ),
         "meta": Table(
             [{"scale": scale, "trace": trace, "num_devices": num_devices, "pool_rule": how}], "Pool"
-        ),  # fmt: skip
+        ),
     }
     if sweep:
         tables["pool_sizing"] = Table([s.row() for s in sweep], f"Pool size: {how}")

@@ -14,7 +14,9 @@ and frozen in the suite file with the sweep's result; no policy arm enters that 
 
 Tables: per arm TTFT p50 / p95 / max, batch completion and follow-up reuse, each beside the
 paper's (Table 3), with speedups against FCFS; the headline (Cache-Aware+Guard-40 vs FCFS batch
-speedup and p50 TTFT ratio against the paper's 1.61× and 2.23×); the control-plane overhead.
+speedup and p50 TTFT ratio against the paper's 1.61× and 2.23×); waiting vs reuse per arm (the
+share of follow-ups that waited at least the Guard's W, and the reuse they found: what decides
+whether protecting them helps or collapses to FCFS); the control-plane overhead.
 The suite file is `experiment: scbench` of `kind: hear` (`bench.hear.suite_file.ScbenchSuite`).
 
 Examples:
@@ -36,6 +38,7 @@ from maserve_prefect.bench.hear.suite_file import ScbenchSuite, ScbenchWorkload
 from maserve_prefect.bench.hear.tables import arm_row, capacity_line, overhead_rows
 from maserve_prefect.bench.report import ProgressFn, Report, Table
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.replay.session_results import TurnResult
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import SessionSet
 
@@ -45,6 +48,7 @@ __all__ = [
     "headline_rows",
     "run_scbench",
     "scbench_workload",
+    "wait_reuse_rows",
 ]
 
 HEADLINE = "cache_aware+guard40"
@@ -131,6 +135,34 @@ def headline_rows(runs: dict[str, ArmRun], headline: str = HEADLINE) -> list[dic
     ]
 
 
+def wait_reuse_rows(runs: dict[str, ArmRun], wait_s: float) -> list[dict[str, Any]]:
+    """Per arm, how waiting and reuse go together: the share of follow-up turns whose TTFT was at
+    least `wait_s` (those a Guard-`wait_s` protects), the follow-up reuse of those and of the
+    rest, and when the last first turn started (the cold first-turn backlog). When the follow-ups
+    that waited `wait_s` find their context evicted, protecting them serves cold turns first."""
+    out = []
+    for name, run in runs.items():
+        done = run.result.completed()
+        follow = [t for t in done if t.turn_index > 0]
+        late = [t for t in follow if (t.ttft_s or 0.0) >= wait_s]
+        early = [t for t in follow if (t.ttft_s or 0.0) < wait_s]
+        firsts = [(t.first_token_s or 0.0) - run.result.start_s for t in done if t.turn_index == 0]
+        out.append({
+            "policy": name,
+            f"followups_waited_{wait_s:g}s_share": len(late) / len(follow) if follow else 0.0,
+            f"reuse_waited_{wait_s:g}s": reuse_of(late),
+            "reuse_waited_less": reuse_of(early),
+            "last_first_turn_start_s": max(firsts, default=0.0),
+        })  # fmt: skip
+    return out
+
+
+def reuse_of(turns: list[TurnResult]) -> float:
+    """Cached / prompt tokens over `turns` (NaN when there are none)."""
+    prompt = sum(t.num_prompt_tokens for t in turns)
+    return sum(t.num_cached_tokens for t in turns) / prompt if prompt else math.nan
+
+
 def run_scbench(
     suite: ScbenchSuite,
     scale: str = "demo",
@@ -164,6 +196,7 @@ def run_scbench(
     rows = with_paper([arm_row(run) for run in runs.values()])
     head = headline_rows(runs) if "fcfs" in runs and HEADLINE in runs else []
     over = overhead_rows(list(runs.values()))
+    wait_s = min((a.guard.wait_s for a in (r.arm for r in runs.values()) if a.guard), default=40.0)
     header = [
         f"HEAR SCBench ({scale}): {len(sset)} sessions, {sset.num_turns} turns, "
         f"workload {digest[:12]}, {num_devices} x {pool.gpu} {pool.model}, "
@@ -177,6 +210,11 @@ def run_scbench(
     tables = {
         "arms": Table(rows, "Policy arms beside the paper's Table 3", COLUMNS),
         "headline": Table(head, "Cache-Aware+Guard-40 vs FCFS (paper: 1.61x batch, 2.23x p50)"),
+        "waiting": Table(
+            wait_reuse_rows(runs, wait_s),
+            f"Waiting and reuse: follow-ups that "
+            f"waited >= {wait_s:g} s (what Guard-{wait_s:g} protects) vs the rest",
+        ),
         "overhead": Table(over, "Control-plane overhead (host CPU)", detail=True),
         "meta": Table(meta, "Workload"),
     }

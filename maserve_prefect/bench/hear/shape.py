@@ -7,7 +7,8 @@ the policies (best first), and the sign of each policy's effect against the base
 the paper's "×" figure: baseline / policy for a lower-is-better metric, policy / baseline for a
 higher-is-better one, so > 1 is always an improvement; it counts as a tie when it is within
 `TIE_BAND` of 1 (the paper's own tables print effects like ×1.01 that no run-to-run difference
-could settle). Order agreement is Kendall's tau between the two rankings (`scipy.stats`); a
+could settle), and two policies within it of each other tie in an order ('='). Order agreement
+is Kendall's tau between the two rankings (`scipy.stats`); a
 constant column has no order and gives NaN.
 
 Examples:
@@ -19,13 +20,14 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scipy.stats import kendalltau
 
-__all__ = ["TIE_BAND", "effect", "order", "shape_rows", "sign"]
+__all__ = ["TIE_BAND", "effect", "order", "ranking", "shape_rows", "sign"]
 
 TIE_BAND = 0.02
 """An effect within 2 % of ×1.00 is a tie ('=')."""
@@ -53,6 +55,23 @@ def sign(x: float, band: float = TIE_BAND) -> str:
 def order(values: Mapping[str, float], *, lower_is_better: bool) -> list[str]:
     """Policy names best first (ties keep the given order)."""
     return sorted(values, key=lambda k: values[k] if lower_is_better else -values[k])
+
+
+def ranking(values: Mapping[str, float], *, lower_is_better: bool, band: float = TIE_BAND) -> str:
+    """The order best first as text, policies within `band` of the previous one joined by '='
+    (a tie) and the rest by '>'.
+
+    Examples:
+        >>> ranking({"a": 3.0, "b": 1.0, "c": 1.01}, lower_is_better=True)
+        'b = c > a'
+    """
+    names = order(values, lower_is_better=lower_is_better)
+    out = names[:1]
+    for prev, name in itertools.pairwise(names):
+        a, b = values[prev], values[name]
+        tie = math.isclose(a, b, rel_tol=band) or (a == b)
+        out += ["=" if tie else ">", name]
+    return " ".join(out)
 
 
 def _tau(a: Sequence[float], b: Sequence[float]) -> float:
@@ -95,8 +114,8 @@ def shape_rows(
             agree += ms == ps and ms != "?"
         rows.append({
             "metric": metric,
-            "measured_order": " > ".join(order(mv, lower_is_better=lower)),
-            "paper_order": " > ".join(order(pv, lower_is_better=lower)),
+            "measured_order": ranking(mv, lower_is_better=lower),
+            "paper_order": ranking(pv, lower_is_better=lower),
             "kendall_tau": _tau([mv[a] for a in arms], [pv[a] for a in arms]),
             "signs": ", ".join(signs),
             "signs_agree": f"{agree}/{total}",
