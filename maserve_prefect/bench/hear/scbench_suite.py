@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
     "PAPER_TABLE3",
     "distinct_prompt_tokens",
     "headline_rows",
+    "reuse_by_wait_rows",
     "run_scbench",
     "scbench_workload",
     "wait_reuse_rows",
@@ -137,9 +139,10 @@ def headline_rows(runs: dict[str, ArmRun], headline: str = HEADLINE) -> list[dic
 
 def wait_reuse_rows(runs: dict[str, ArmRun], wait_s: float) -> list[dict[str, Any]]:
     """Per arm, how waiting and reuse go together: the share of follow-up turns whose TTFT was at
-    least `wait_s` (those a Guard-`wait_s` protects), the follow-up reuse of those and of the
-    rest, and when the last first turn started (the cold first-turn backlog). When the follow-ups
-    that waited `wait_s` find their context evicted, protecting them serves cold turns first."""
+        least `wait_s` (those a Guard-`wait_s` protects), the follow-up reuse of those and of the
+        rest, and when the last session's first turn got its first token (how long the cold
+    first-turn backlog took). When the follow-ups
+        that waited `wait_s` find their context evicted, protecting them serves cold turns first."""
     out = []
     for name, run in runs.items():
         done = run.result.completed()
@@ -152,8 +155,26 @@ def wait_reuse_rows(runs: dict[str, ArmRun], wait_s: float) -> list[dict[str, An
             f"followups_waited_{wait_s:g}s_share": len(late) / len(follow) if follow else 0.0,
             f"reuse_waited_{wait_s:g}s": reuse_of(late),
             "reuse_waited_less": reuse_of(early),
-            "last_first_turn_start_s": max(firsts, default=0.0),
+            "last_first_turn_served_s": max(firsts, default=0.0),
         })  # fmt: skip
+    return out
+
+
+WAIT_BINS_S = (0.0, 10.0, 20.0, 30.0, 40.0, 45.0, 50.0, 60.0, 80.0, math.inf)
+"""Follow-up TTFT bins of the reuse-by-wait curve (seconds)."""
+
+
+def reuse_by_wait_rows(runs: dict[str, ArmRun]) -> list[dict[str, Any]]:
+    """Per arm and follow-up TTFT bin (`WAIT_BINS_S`): how many follow-ups, and the reuse they
+    found — the curve that shows how long a waiting session's context survives in the cache."""
+    out = []
+    for name, run in runs.items():
+        follow = [t for t in run.result.completed() if t.turn_index > 0]
+        for lo, hi in itertools.pairwise(WAIT_BINS_S):
+            got = [t for t in follow if lo <= (t.ttft_s or 0.0) < hi]
+            if got:
+                out.append({"policy": name, "ttft_from_s": lo, "ttft_to_s": hi,
+                            "num_followups": len(got), "reuse": reuse_of(got)})  # fmt: skip
     return out
 
 
@@ -214,6 +235,11 @@ def run_scbench(
             wait_reuse_rows(runs, wait_s),
             f"Waiting and reuse: follow-ups that "
             f"waited >= {wait_s:g} s (what Guard-{wait_s:g} protects) vs the rest",
+        ),
+        "reuse_by_wait": Table(
+            reuse_by_wait_rows(runs),
+            "Follow-up reuse by TTFT: how long a waiting session's context survives",
+            detail=True,
         ),
         "overhead": Table(over, "Control-plane overhead (host CPU)", detail=True),
         "meta": Table(meta, "Workload"),

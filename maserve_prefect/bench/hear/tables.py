@@ -2,8 +2,8 @@
 
 One idea: a suite produces plain row dicts (one per arm, per load level, per control-plane
 operation); this module turns an `ArmRun` into its row and the control-plane recorder into
-overhead rows; each experiment adds the paper's figure for a row ("n/a" where the issue gives
-none) and the suite report renders them (`bench.report`, `metrics.report.markdown_table`).
+overhead rows; each experiment adds the paper's figures beside a row (Tables 3 and 4) and the
+suite report renders them (`bench.report`, `metrics.report.markdown_table`).
 Control-plane time (host CPU, `hear.overhead`) is measured per operation and
 included in the end-to-end time as `makespan_incl_cp_s`: the virtual makespan plus every
 control-plane second, as if each sat on the critical path (the harness runs them one at a time

@@ -372,6 +372,20 @@ class OpenAIEngine:
                 dropped.append(Dropped(c, why))
         return Resolution((), (), tuple(dropped), tuple(unsatisfied))
 
+    def update(self, request_id: str, controls: Sequence[Control]) -> Resolution:
+        """HEAR's subsequent update of a submitted request (a refreshed priority, a waiting
+        requirement sent later): applied never — vLLM's OpenAI server fixes a request's priority
+        when it arrives and has no call to change it. A required control is unsatisfied (the
+        answer is UNSUPPORTED, naming it), a preferred one dropped with the reason.
+        """
+        why = f"{self.name} cannot change request {request_id!r} after submission (send it with submit())"
+        return Resolution(
+            (),
+            (),
+            tuple(Dropped(c, why) for c in controls if c.force is Force.PREFERENCE),
+            tuple(Unsatisfied(c, why) for c in controls if c.force is not Force.PREFERENCE),
+        )
+
     def submit(self, request: Request, controls: Sequence[Control] = ()) -> Ticket:
         """Answer at once: ACCEPTED (the call starts on the loop), REJECTED or UNSUPPORTED.
 

@@ -111,13 +111,20 @@ def test_waiting_table_splits_follow_ups_at_the_guards_wait(scbench_demo: SuiteR
     assert set(rows) == {"fcfs", "cache_aware", "cache_aware+guard40", "cache_aware+guard60"}
     for r in rows.values():
         assert 0.0 <= r["followups_waited_40s_share"] <= 1.0
-        assert r["last_first_turn_start_s"] > 0
+        assert r["last_first_turn_served_s"] > 0
     # Cache-Aware serves hot follow-ups first and defers cold first turns; Guard-40 bounds that
     ca, g40 = rows["cache_aware"], rows["cache_aware+guard40"]
-    assert ca["last_first_turn_start_s"] > rows["fcfs"]["last_first_turn_start_s"]
-    assert g40["last_first_turn_start_s"] < ca["last_first_turn_start_s"]
+    assert ca["last_first_turn_served_s"] > rows["fcfs"]["last_first_turn_served_s"]
+    assert g40["last_first_turn_served_s"] < ca["last_first_turn_served_s"]
     # a follow-up the guard had to protect found less of its context than one served sooner
     assert g40["reuse_waited_40s"] < g40["reuse_waited_less"]
+    # the reuse-by-wait curve covers every completed follow-up once, per arm
+    curve = scbench_demo.tables()["reuse_by_wait"]
+    follow_ups = {r["policy"]: r["num_completed"] for r in scbench_demo.tables()["arms"]}
+    meta = scbench_demo.tables()["meta"][0]
+    for policy in rows:
+        n = sum(c["num_followups"] for c in curve if c["policy"] == policy)
+        assert n == follow_ups[policy] - meta["num_sessions"]
 
 
 def test_overhead_rows_present(scbench_demo: SuiteResult) -> None:

@@ -19,6 +19,7 @@ from maserve_prefect.protocol.controls import (
     CacheRetain,
     ExecutionMode,
     Force,
+    MaxWait,
     Priority,
 )
 from maserve_prefect.protocol.intents import Intent
@@ -298,6 +299,22 @@ def test_hear_controls_outside_a_submission_are_answered_never_applied() -> None
         assert any("send it with submit()" in d.reason for d in res.dropped)
         assert engine.control([warm]).acceptance is Acceptance.ACCEPTED  # dropped, noted
     assert s.streams() == []  # nothing reached the server
+
+
+def test_updates_after_submission_are_unsupported() -> None:
+    """HEAR's subsequent updates (a refreshed priority, a later waiting requirement) have no
+    vLLM call: required ones are unsupported, preferred ones dropped, nothing is sent."""
+    with serve(StubConfig(priority_scheduling=True)) as s, make_engine(s) as engine:
+        res = engine.update("r1", [Priority(-3, force=Force.REQUIREMENT),
+                                   MaxWait(40.0, force=Force.REQUIREMENT), Priority(2)])  # fmt: skip
+        assert res.acceptance is Acceptance.UNSUPPORTED and res.honoured == ()
+        assert [type(u.control) for u in res.unsatisfied] == [Priority, MaxWait]
+        assert [type(d.control) for d in res.dropped] == [Priority]
+        assert "cannot change request 'r1' after submission" in res.reason
+        # a waiting requirement with the submission is unsupported too (no such vLLM field)
+        ticket = engine.submit(req(), [MaxWait(40.0, force=Force.REQUIREMENT)])
+        assert ticket.acceptance is Acceptance.UNSUPPORTED and "MaxWait" in ticket.reason
+    assert s.streams() == []
 
 
 def test_priority_is_sent_to_a_priority_server() -> None:

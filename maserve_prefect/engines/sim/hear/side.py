@@ -250,8 +250,8 @@ class SimHear(HearResolver):
                 level, prio = table.gpu_level(h)
                 kv.set_pin(b, level, prio)
         if self.host is not None:
-            self.host.protect = table.host_level if len(table) else None
-            self.host.pinned = table.pinned_hashes() if len(table) else None
+            self.host.set_protection(table.host_level if len(table) else None)
+            self.host.repin(hashes)
 
     def load_prepared(self, batches: Sequence[tuple[int, ...]]) -> float:
         """Run queued `CachePrepare` loads now: host-tier blocks onto free GPU blocks, as many
@@ -335,8 +335,7 @@ class SimHear(HearResolver):
         self.retention.clear()
         if self.host is not None:
             self.host.clear()
-            self.host.protect = None
-            self.host.pinned = None
+            self.host.set_protection(None)
 
     # -- state -----------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ dropped (`num_stored == len + num_loaded + num_superseded + num_dropped`, checke
 
 Eviction is LRU (the least recently stored or looked-up hash goes first); when retention pins
 reach the host (`engines/sim/kv/retention.py`), the same rule as on the GPU applies: unpinned hashes
-first, oldest first, then preference pins by lowest retention priority, requirement pins never.
+first, oldest first, then preference pins by lowest retention priority, requirement pins never —
+kept incrementally by a `victim_index.VictimIndex` while pins exist (`set_protection`, `repin`).
 
 How this compares with real engines: vLLM's native CPU offloading (`OffloadingConnector`,
 `--kv-offloading-size` in GiB) and LMCache copy every completed block to host memory as it is
@@ -42,19 +43,14 @@ Examples:
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-import numpy as np
-
 from maserve_prefect.engines.catalog.gpus import GpuSpec
 from maserve_prefect.engines.catalog.models import ModelSpec
-from maserve_prefect.engines.sim.kv.retention import HARD, NONE, soft_order
+from maserve_prefect.engines.sim.kv.victim_index import Protect, VictimIndex
 from maserve_prefect.errors import ConfigError, SimulationError
-
-# hash -> (pin level, retention priority); see `retention.RetentionTable.host_level`
-Protect = Callable[[int], tuple[int, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +107,7 @@ class HostTier:
     """The LRU of host-resident block hashes (see the module docstring)."""
 
     __slots__ = (
+        "_index",
         "_lru",
         "config",
         "num_dropped",
@@ -119,17 +116,13 @@ class HostTier:
         "num_stored",
         "num_superseded",
         "on_change",
-        "pinned",
-        "protect",
     )
 
     def __init__(self, config: HostTierConfig) -> None:
         self.config = config
         self._lru: OrderedDict[int, None] = OrderedDict()  # oldest first
-        self.protect: Protect | None = None  # set while retention pins exist
-        # the hashes any pin holds, when the table offers them: a hash not in it is unpinned,
-        # so finding victims needs no `protect` call for it (they are most of the tier)
-        self.pinned: Container[int] | None = None
+        # the victim order while retention pins exist (None: plain LRU)
+        self._index: VictimIndex | None = None
         # told of every change: (True, hashes stored) / (False, hashes removed); None: nobody
         self.on_change: Callable[[bool, list[int]], None] | None = None
         self.num_stored = 0
@@ -139,6 +132,11 @@ class HostTier:
         self.num_hit_tokens = 0  # prompt tokens admissions loaded from here (CPU-tier hits)
 
     # -- views -----------------------------------------------------------------------------
+
+    @property
+    def protect(self) -> Protect | None:
+        """hash -> (pin level, retention priority) while retention pins exist, else None."""
+        return self._index.protect if self._index is not None else None
 
     @property
     def capacity_blocks(self) -> int:
@@ -194,62 +192,53 @@ class HostTier:
         else:  # the usual case (a hash lives in one tier): one C-level update
             lru.update(dict.fromkeys(hs))
             self.num_stored += len(hs)
+        index = self._index
+        if index is not None:
+            index.stored(hs)
         if self.on_change is not None:
             self.on_change(True, hs)
         excess = len(lru) - self.config.capacity_blocks
         if excess <= 0:
             return []
-        if self.protect is None:
+        if index is None:
             dropped = list(islice(lru, excess))  # the least recently used
         else:
-            dropped = self._victims(excess, self.protect)
+            dropped = index.evict(excess)
+            if len(dropped) < excess:
+                raise SimulationError(
+                    f"host KV tier over capacity: {len(lru)} hashes in "
+                    f"{self.config.capacity_blocks} blocks and the rest pinned by requirement; "
+                    "requirement pins in the host tier must fit its capacity"
+                )
         deque(map(lru.__delitem__, dropped), maxlen=0)  # C-level loop: drops are many
         self.num_dropped += len(dropped)
         if self.on_change is not None:
             self.on_change(False, dropped)
         return dropped
 
-    def _victims(self, n: int, protect: Protect) -> list[int]:
-        """The retention rule (`retention.py`): unpinned oldest first, then preference pins by
-        lowest priority (ties: oldest), never requirement pins."""
-        loose: list[int] = []
-        pinned: list[tuple[int, int, float]] = []
-        held = self.pinned
-        if held is not None:  # levels only for pinned hashes, and only if victims run short
-            kept: list[int] = []
-            for h in self._lru:
-                if h in held:
-                    kept.append(h)
-                else:
-                    loose.append(h)
-                    if len(loose) == n:
-                        return loose
-            pinned = [(h, *protect(h)) for h in kept]
+    def set_protection(self, protect: Protect | None) -> None:
+        """Evict by the retention rule with `protect` (hash -> (level, priority)), or by plain
+        LRU when None (no pins). Indexes every resident hash when pins first appear."""
+        if protect is None:
+            self._index = None
+        elif self._index is None:
+            self._index = VictimIndex(protect)
+            self._index.build(self._lru)
         else:
-            for h in self._lru:
-                level, prio = protect(h)
-                if level == NONE:
-                    loose.append(h)
-                    if len(loose) == n:
-                        return loose
-                else:
-                    pinned.append((h, level, prio))
-        soft = [(h, prio) for h, level, prio in pinned if level != HARD]
-        order = soft_order(np.array([p for _, p in soft], dtype=np.float64))
-        need = n - len(loose)
-        if len(order) < need:
-            raise SimulationError(
-                f"host KV tier over capacity: {len(self._lru)} hashes in "
-                f"{self.config.capacity_blocks} blocks and {len(pinned) - len(soft)} of them "
-                "pinned by requirement; requirement pins in the host tier must fit its capacity"
-            )
-        return loose + [soft[int(i)][0] for i in order[:need]]
+            self._index.protect = protect
+
+    def repin(self, hashes: Iterable[int]) -> None:
+        """The pins of `hashes` changed (the retention table's `_refresh`)."""
+        if self._index is not None:
+            self._index.repinned(hashes)
 
     def take(self, hashes: Sequence[int]) -> None:
         """Remove hashes being loaded onto the GPU (each must be resident)."""
         lru = self._lru
         for h in hashes:
             del lru[h]
+        if self._index is not None:
+            self._index.removed(hashes)
         self.num_loaded += len(hashes)
         if self.on_change is not None:
             self.on_change(False, list(hashes))
@@ -259,6 +248,8 @@ class HostTier:
         lru = self._lru
         common = list(filter(lru.__contains__, hashes))
         deque(map(lru.__delitem__, common), maxlen=0)
+        if self._index is not None and common:
+            self._index.removed(common)
         self.num_superseded += len(common)
         if common and self.on_change is not None:
             self.on_change(False, common)
@@ -268,6 +259,8 @@ class HostTier:
         """Forget everything (counted as dropped); returns what was resident."""
         gone = list(self._lru)
         self._lru.clear()
+        if self._index is not None:
+            self._index.build(())
         self.num_dropped += len(gone)
         if self.on_change is not None:
             self.on_change(False, gone)
