@@ -74,3 +74,20 @@ def test_first_token_ties_go_by_request_id_and_empty_runs_are_zero() -> None:
     assert res.throughput_rps == 0.0 and res.output_tokens_per_s == 0.0
     empty = SessionReplayResult("h", "open", 0.0, 0.0, [], [])
     assert empty.reuse == 0.0 and math.isnan(empty.ttft_percentile(95))
+
+
+def test_the_hear_papers_session_throughput_and_reuse() -> None:
+    """Session = total response waiting per conversation (arrival to finish over its completed
+    turns); throughput in turns per minute; reuse over follow-up prompt tokens only."""
+    res = make_result()
+    turns = {t.request_id: t for t in res.turns}
+    waiting_a = turns["a/t0"].e2e_s + turns["a/t1"].e2e_s  # (4 - 0) + (10 - 5)
+    res = SessionReplayResult(
+        res.content_hash, res.mode, res.start_s, res.end_s, res.turns,
+        [SessionResult("a", 0.0, 10.0, 2, 2, 0, waiting_a), SessionResult("b", 2.0, 2.0, 2, 0, 1)],
+    )  # fmt: skip
+    assert waiting_a == 9.0
+    assert (res.session_waiting().max, res.session_waiting().mean) == (9.0, 4.5)
+    assert res.throughput_tpm == 60 * 2 / 10.0
+    assert res.followup_reuse == 80 / 100  # a/t1 only: the first turn is left out
+    assert res.reuse == 80 / 200

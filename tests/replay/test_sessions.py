@@ -122,6 +122,10 @@ def test_multi_turn_sessions_reuse_their_prefix() -> None:
     agg = res.session_time()
     assert agg.count == len(sset) and res.throughput_rps > 0 and res.output_tokens_per_s > 0
     assert res.ttft_percentile(50) <= res.ttft_percentile(95)
+    for srow in res.sessions:  # the HEAR paper's session: total response waiting
+        mine = [t for t in res.completed() if t.session_id == srow.session_id]
+        assert srow.waiting_s == sum(t.finish_s - t.arrival_s for t in mine) > 0
+    assert 0.5 < res.followup_reuse <= 1.0 and res.followup_reuse > res.reuse
 
 
 def test_on_complete_sees_every_turn_in_session_order() -> None:
