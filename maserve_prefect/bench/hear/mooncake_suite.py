@@ -43,7 +43,7 @@ from maserve_prefect.bench.hear.arms import ArmRun, make_pool, parse_arm, run_ar
 from maserve_prefect.bench.hear.pool_sizing import SizingRule, SizingStep, size_pool
 from maserve_prefect.bench.hear.shape import shape_rows
 from maserve_prefect.bench.hear.suite_file import HearPool, MooncakeSuite
-from maserve_prefect.bench.hear.tables import arm_row, overhead_rows
+from maserve_prefect.bench.hear.tables import arm_row, overhead_rows, wait_reuse_rows
 from maserve_prefect.bench.report import ProgressFn, Report, Table, columns_of
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.metrics.report import markdown_table
@@ -188,7 +188,10 @@ def run_mooncake(
     num_devices, how, sweep = mooncake_pool_size(pool, levels)
     rows: list[dict[str, Any]] = []
     runs: list[ArmRun] = []
+    waiting: list[dict[str, Any]] = []
     files: list[Path] = []
+    arms = {name: parse_arm(name, spec) for name, spec in cfg.arms.items()}
+    wait_s = min((a.guard.wait_s for a in arms.values() if a.guard), default=40.0)
     total, done = len(levels) * len(cfg.arms), 0
     for frac, sset in sorted(levels.items()):
         load = f"{frac:.0%}"
@@ -198,16 +201,18 @@ def run_mooncake(
             files.append(
                 sset.save(Path(out_dir) / f"hear_mooncake_{scale}_{int(frac * 100)}.jsonl")
             )
-        for name, spec in cfg.arms.items():
-            arm = parse_arm(name, spec)
+        level: dict[str, ArmRun] = {}
+        for name, arm in arms.items():
             replicas = make_pool(pool.gpu, pool.model, num_devices, float(pool.host_kv_gib),
                                  {**pool.scheduler, "policy": arm.engine_policy})  # fmt: skip
             run = run_arm(sset, arm, replicas, refresh_s=cfg.refresh_s, expect_hash=digest)
             runs.append(run)
+            level[name] = run
             rows.append(_row(load, run))
             done += 1
             if progress is not None:
                 progress(done, total, f"{load}/{name}")
+        waiting += [{"load": load, **r} for r in wait_reuse_rows(level, wait_s)]
         if out_dir is not None:  # a full run takes a while: keep what is done so far
             partial = Path(out_dir) / f"hear_mooncake_{scale}.partial.md"
             partial.write_text(markdown_table(columns_of(rows, COLUMNS)) + "\n")
@@ -233,6 +238,11 @@ def run_mooncake(
             shape_table(rows),
             "In shape: policy order (best first) and effect signs "
             "vs FCFS, measured/paper ('+' better, '-' worse, '=' within 2 %)",
+        ),
+        "waiting": Table(
+            waiting,
+            f"Waiting and reuse per load: follow-ups that waited >= {wait_s:g} s (TTFT; in the "
+            f"engine's queue: what Guard-{wait_s:g} protects) vs the rest",
         ),
         "host_tier": Table(
             rows,

@@ -23,12 +23,23 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from maserve_prefect.bench.hear.arms import ArmRun
+from maserve_prefect.replay.session_results import TurnResult
 
-__all__ = ["arm_row", "capacity_line", "overhead_rows"]
+__all__ = [
+    "WAIT_BINS_S",
+    "arm_row",
+    "capacity_line",
+    "overhead_rows",
+    "reuse_by_wait_rows",
+    "reuse_of",
+    "wait_reuse_rows",
+]
 
 
 def arm_row(run: ArmRun) -> dict[str, Any]:
@@ -101,3 +112,58 @@ def overhead_rows(runs: Sequence[ArmRun]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def wait_reuse_rows(runs: dict[str, ArmRun], wait_s: float) -> list[dict[str, Any]]:
+    """Per arm, how waiting and reuse go together: the share of follow-up turns whose TTFT was at
+    least `wait_s`, the share that sat in the engine's queue at least `wait_s` (those a
+    Guard-`wait_s` protects: the two agree when prefill after admission is short), the follow-up
+    reuse of the first and of the rest, and when the last session's first turn got its first
+    token (how long the cold first-turn backlog took). When the follow-ups that waited `wait_s`
+    find their context evicted, protecting them serves cold turns first."""
+    out = []
+    for name, run in runs.items():
+        done = run.result.completed()
+        follow = [t for t in done if t.turn_index > 0]
+        late = [t for t in follow if (t.ttft_s or 0.0) >= wait_s]
+        queued = [t for t in follow if _queue_s(t) >= wait_s]
+        early = [t for t in follow if (t.ttft_s or 0.0) < wait_s]
+        firsts = [(t.first_token_s or 0.0) - run.result.start_s for t in done if t.turn_index == 0]
+        out.append({
+            "policy": name,
+            f"followups_waited_{wait_s:g}s_share": len(late) / len(follow) if follow else 0.0,
+            f"followups_queued_{wait_s:g}s_share": len(queued) / len(follow) if follow else 0.0,
+            f"reuse_waited_{wait_s:g}s": reuse_of(late),
+            "reuse_waited_less": reuse_of(early),
+            "last_first_turn_served_s": max(firsts, default=0.0),
+        })  # fmt: skip
+    return out
+
+
+WAIT_BINS_S = (0.0, 10.0, 20.0, 30.0, 40.0, 45.0, 50.0, 60.0, 80.0, math.inf)
+"""Follow-up TTFT bins of the reuse-by-wait curve (seconds)."""
+
+
+def reuse_by_wait_rows(runs: dict[str, ArmRun]) -> list[dict[str, Any]]:
+    """Per arm and follow-up TTFT bin (`WAIT_BINS_S`): how many follow-ups, and the reuse they
+    found — the curve that shows how long a waiting session's context survives in the cache."""
+    out = []
+    for name, run in runs.items():
+        follow = [t for t in run.result.completed() if t.turn_index > 0]
+        for lo, hi in itertools.pairwise(WAIT_BINS_S):
+            got = [t for t in follow if lo <= (t.ttft_s or 0.0) < hi]
+            if got:
+                out.append({"policy": name, "ttft_from_s": lo, "ttft_to_s": hi,
+                            "num_followups": len(got), "reuse": reuse_of(got)})  # fmt: skip
+    return out
+
+
+def reuse_of(turns: list[TurnResult]) -> float:
+    """Cached / prompt tokens over `turns` (NaN when there are none)."""
+    prompt = sum(t.num_prompt_tokens for t in turns)
+    return sum(t.num_cached_tokens for t in turns) / prompt if prompt else math.nan
+
+
+def _queue_s(turn: TurnResult) -> float:
+    start = turn.first_scheduled_s if turn.first_scheduled_s is not None else turn.first_token_s
+    return (start if start is not None else turn.arrival_s) - turn.arrival_s

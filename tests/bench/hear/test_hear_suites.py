@@ -6,6 +6,7 @@ from __future__ import annotations
 import doctest
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,13 +15,14 @@ from maserve_prefect.bench.hear.adapters import ContinuationHook
 from maserve_prefect.bench.hear.arms import Arm, make_pool, parse_arm, run_arm
 from maserve_prefect.bench.hear.mooncake_suite import run_mooncake
 from maserve_prefect.bench.hear.suite_file import MooncakeSuite, RoleModesSuite
+from maserve_prefect.bench.hear.tables import wait_reuse_rows
 from maserve_prefect.bench.result import SuiteResult
 from maserve_prefect.bench.runner import execute_suite
 from maserve_prefect.bench.suite import load_suite
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.hear.modemap import ModeMap
 from maserve_prefect.hear.policies import RoleModeSelection, SessionAware
-from maserve_prefect.replay.session_results import TurnResult
+from maserve_prefect.replay.session_results import SessionReplayResult, TurnResult
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import Session, SessionSet, Turn
 
@@ -125,6 +127,24 @@ def test_waiting_table_splits_follow_ups_at_the_guards_wait(scbench_demo: SuiteR
     for policy in rows:
         n = sum(c["num_followups"] for c in curve if c["policy"] == policy)
         assert n == follow_ups[policy] - meta["num_sessions"]
+
+
+def test_waiting_rows_tell_queue_time_from_ttft() -> None:
+    """Guard protects by time in the engine's queue; a turn admitted quickly whose prefill ran
+    long waited by TTFT but was never protected."""
+
+    def turn(i: int, arrival: float, scheduled: float, first: float, cached: int) -> TurnResult:
+        return TurnResult("s", i, f"s/t{i}", "r0", "completed", "", arrival, arrival, first,
+                          first + 1.0, 100, 10, cached, 0, scheduled)  # fmt: skip
+
+    turns = [turn(0, 0.0, 0.0, 5.0, 0), turn(1, 10.0, 12.0, 60.0, 0),
+             turn(2, 70.0, 115.0, 116.0, 0), turn(3, 120.0, 121.0, 122.0, 90)]  # fmt: skip
+    result = SessionReplayResult("h", "open", 0.0, 117.0, turns, [])
+    (row,) = wait_reuse_rows({"x": SimpleNamespace(result=result)}, 40.0)  # type: ignore[dict-item]
+    assert row["followups_waited_40s_share"] == 2 / 3  # t1 (TTFT 50 s) and t2 (46 s)
+    assert row["followups_queued_40s_share"] == 1 / 3  # t2 only (queued 45 s; t1 2 s)
+    assert (row["reuse_waited_40s"], row["reuse_waited_less"]) == (0.0, 0.9)
+    assert row["last_first_turn_served_s"] == 5.0
 
 
 def test_overhead_rows_present(scbench_demo: SuiteResult) -> None:
@@ -265,6 +285,10 @@ def test_mooncake_demo_every_load_and_arm() -> None:
     assert len({r["workload_sha256"] for r in rows}) == 3
     ops = {(r["policy"], r["op"]) for r in report.tables["overhead"].rows}
     assert ("session_aware", "outcome_report") in ops
+    waiting = report.tables["waiting"].rows  # one row per (load, arm), Guard's W from the arms
+    assert {(r["load"], r["policy"]) for r in waiting} == {(r["load"], r["policy"]) for r in rows}
+    for r in waiting:  # a turn's queue time ends at its first scheduling, before its first token
+        assert 0.0 <= r["followups_queued_40s_share"] <= r["followups_waited_40s_share"] <= 1.0
 
 
 def test_a_hear_suite_refuses_an_unknown_scale() -> None:
