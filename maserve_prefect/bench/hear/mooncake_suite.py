@@ -19,8 +19,11 @@ policy's effect against FCFS, beside the paper's.
 
 Tables: per load and arm TTFT p50 / p95 / max, session (total response-waiting time per
 conversation, mean over conversations), throughput (turns per minute) and reuse (follow-up
-prompt tokens), each beside the paper's; the shape comparison; the host-tier use; the
-control-plane overhead. A YAML may give `pool.sizing` instead of `num_devices` (an FCFS sweep
+prompt tokens), each beside the paper's; the shape comparison; the load *regime* (offered
+turns per minute over what FCFS serves, ours and the paper's) and the shape comparison against
+the paper level of the closest regime — a heavier trace at 50 % can sit where the paper's 100 %
+does; the waiting table (follow-ups that waited Guard's W, and their reuse); the host-tier use;
+the control-plane overhead per load. A YAML may give `pool.sizing` instead of `num_devices` (an FCFS sweep
 then fixes the size, `bench.hear.pool_sizing`). The suite file is `experiment: mooncake` of
 `kind: hear` (`bench.hear.suite_file.MooncakeSuite`).
 
@@ -28,6 +31,8 @@ Examples:
     >>> from maserve_prefect.bench.hear.suite_file import HearPool
     >>> mooncake_pool_size(HearPool(gpu="H100", model="Qwen3-8B", num_devices=1), {})
     (1, 'pinned by pool.num_devices', [])
+    >>> round(paper_offered_tpm("100%"), 1)
+    172.2
     >>> PAPER_TABLE4["100%"]["fcfs"]["ttft_p50_s"]
     163.9
 """
@@ -50,7 +55,15 @@ from maserve_prefect.metrics.report import markdown_table
 from maserve_prefect.workloads.mooncake_sessions import mooncake_load_levels
 from maserve_prefect.workloads.sessions import SessionSet
 
-__all__ = ["PAPER_TABLE4", "mooncake_pool_size", "mooncake_workloads", "run_mooncake"]
+__all__ = [
+    "PAPER_TABLE4",
+    "mooncake_pool_size",
+    "mooncake_workloads",
+    "offered_tpm",
+    "paper_offered_tpm",
+    "regime_rows",
+    "run_mooncake",
+]
 
 _KEYS = ("ttft_p50_s", "ttft_p95_s", "ttft_max_s", "session_s", "throughput_tpm",
          "followup_reuse")  # fmt: skip
@@ -87,6 +100,10 @@ PAPER_TABLE4: dict[str, dict[str, dict[str, float]]] = {
 """The paper's Table 4 (production Mooncake trace, Qwen3-8B on one H100, 96 GiB L2 KV cache),
 by load and arm name; session = total response waiting per conversation, throughput in turns
 per minute, reuse over follow-up prompt tokens."""
+PAPER_UNSATURATED = "50%"
+"""The paper's load level that does not queue (FCFS TTFT p50 0.7 s): its throughput is its offered
+rate, so the paper's offered rate at another level is that rate scaled by the session fraction
+(an inference: the paper does not print offered rates)."""
 PAPER_SETUP = (
     "paper: production Mooncake trace (not shipped), 50/75/100 % of the sessions starting in one "
     "15-minute window, Qwen3-8B on one H100 with a 96 GiB L2 KV cache (vLLM), Guard W = 40 s"
@@ -146,6 +163,46 @@ def trace_line(path: Path) -> str:
     return f"trace {path} (sha256 {digest[:12]})"
 
 
+def offered_tpm(sset: SessionSet) -> float:
+    """Turns per minute the harness offers: turns over the span of their recorded arrivals (an
+    open-loop set; NaN with fewer than two arrivals)."""
+    times = [t.arrival_s for s in sset for t in s.turns if t.arrival_s is not None]
+    span = max(times, default=0.0) - min(times, default=0.0)
+    return 60.0 * len(times) / span if len(times) > 1 and span > 0 else math.nan
+
+
+def paper_offered_tpm(load: str) -> float:
+    """The paper's offered turns per minute at `load` ("75%"), inferred from its unsaturated
+    level (`PAPER_UNSATURATED`)."""
+    base = PAPER_TABLE4[PAPER_UNSATURATED]["fcfs"]["throughput_tpm"]
+    return base * float(load.rstrip("%")) / float(PAPER_UNSATURATED.rstrip("%"))
+
+
+def regime_rows(rows: list[dict[str, Any]], offered: dict[str, float]) -> list[dict[str, Any]]:
+    """Per measured load: offered turns per minute over what FCFS served (the *pressure*: above 1
+    the queue grows), the same for the paper's level, and the paper level whose pressure is
+    closest (log ratio) — the level to compare with in shape when the traces differ."""
+    paper = {
+        load: paper_offered_tpm(load) / arms["fcfs"]["throughput_tpm"]
+        for load, arms in PAPER_TABLE4.items()
+    }
+    out = []
+    for r in rows:
+        if r["policy"] != "fcfs":
+            continue
+        load = r["load"]
+        pressure = offered[load] / r["throughput_tpm"] if r["throughput_tpm"] > 0 else math.nan
+        match = min(paper, key=lambda k: abs(math.log(paper[k] / pressure)))
+        out.append({
+            "load": load, "offered_tpm": offered[load], "fcfs_tpm": r["throughput_tpm"],
+            "pressure": pressure,
+            "paper_offered_tpm": paper_offered_tpm(load) if load in PAPER_TABLE4 else math.nan,
+            "paper_pressure": paper.get(load, math.nan),
+            "matched_paper_load": match, "matched_paper_pressure": paper[match],
+        })  # fmt: skip
+    return out
+
+
 def _row(load: str, run: ArmRun) -> dict[str, Any]:
     row = arm_row(run)
     row["session_s"] = row["session_wait_mean_s"]
@@ -155,15 +212,21 @@ def _row(load: str, run: ArmRun) -> dict[str, Any]:
     return {"load": load, **row}
 
 
-def shape_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per load and metric: measured vs paper policy order and effect signs (`bench.hear.shape`)."""
+def shape_table(
+    rows: list[dict[str, Any]], against: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Per load and metric: measured vs paper policy order and effect signs (`bench.hear.shape`),
+    each measured load against the paper's level of the same name or, with `against`
+    (measured load -> paper load), the one given."""
     out: list[dict[str, Any]] = []
     for load in dict.fromkeys(r["load"] for r in rows):
-        paper = PAPER_TABLE4.get(load)
+        paper_load = (against or {}).get(load, load)
+        paper = PAPER_TABLE4.get(paper_load)
         if paper is None:
             continue
         measured = {r["policy"]: r for r in rows if r["load"] == load}
-        out += [{"load": load, **r} for r in shape_rows(measured, paper, SHAPE_METRICS)]
+        head = {"load": load} if against is None else {"load": load, "paper_load": paper_load}
+        out += [{**head, **r} for r in shape_rows(measured, paper, SHAPE_METRICS)]
     return out
 
 
@@ -187,7 +250,8 @@ def run_mooncake(
     pool = cfg.pool
     num_devices, how, sweep = mooncake_pool_size(pool, levels)
     rows: list[dict[str, Any]] = []
-    runs: list[ArmRun] = []
+    overhead: list[dict[str, Any]] = []
+    offered: dict[str, float] = {}
     waiting: list[dict[str, Any]] = []
     files: list[Path] = []
     arms = {name: parse_arm(name, spec) for name, spec in cfg.arms.items()}
@@ -196,6 +260,7 @@ def run_mooncake(
     for frac, sset in sorted(levels.items()):
         load = f"{frac:.0%}"
         digest = sset.content_hash()
+        offered[load] = offered_tpm(sset)
         if out_dir is not None:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             files.append(
@@ -206,19 +271,20 @@ def run_mooncake(
             replicas = make_pool(pool.gpu, pool.model, num_devices, float(pool.host_kv_gib),
                                  {**pool.scheduler, "policy": arm.engine_policy})  # fmt: skip
             run = run_arm(sset, arm, replicas, refresh_s=cfg.refresh_s, expect_hash=digest)
-            runs.append(run)
             level[name] = run
             rows.append(_row(load, run))
             done += 1
             if progress is not None:
                 progress(done, total, f"{load}/{name}")
         waiting += [{"load": load, **r} for r in wait_reuse_rows(level, wait_s)]
+        overhead += [{"load": load, **r} for r in overhead_rows(list(level.values()))]
         if out_dir is not None:  # a full run takes a while: keep what is done so far
             partial = Path(out_dir) / f"hear_mooncake_{scale}.partial.md"
             partial.write_text(markdown_table(columns_of(rows, COLUMNS)) + "\n")
             if partial not in files:
                 files.append(partial)
     trace = trace_line(cfg.path(cfg.workload.trace).resolve())
+    regime = regime_rows(rows, offered)
     header = [
         f"HEAR Mooncake ({scale}): {trace}; window {cfg.workload.window_s:g} s, loads "
         + ", ".join(
@@ -239,6 +305,16 @@ def run_mooncake(
             "In shape: policy order (best first) and effect signs "
             "vs FCFS, measured/paper ('+' better, '-' worse, '=' within 2 %)",
         ),
+        "regime": Table(
+            regime,
+            "Load regime: offered turns/min over FCFS's served turns/min (pressure), ours and "
+            f"the paper's (its offered rate inferred from its unqueued {PAPER_UNSATURATED} level)",
+        ),
+        "shape_matched": Table(
+            shape_table(rows, {r["load"]: r["matched_paper_load"] for r in regime}),
+            "In shape at matched pressure: each load against the paper level whose pressure "
+            "is closest",
+        ),
         "waiting": Table(
             waiting,
             f"Waiting and reuse per load: follow-ups that waited >= {wait_s:g} s (TTFT; in the "
@@ -250,9 +326,7 @@ def run_mooncake(
             HOST_COLUMNS,
             detail=True,
         ),
-        "overhead": Table(
-            overhead_rows(runs), "Control-plane overhead (host CPU), all loads", detail=True
-        ),
+        "overhead": Table(overhead, "Control-plane overhead (host CPU) per load", detail=True),
         "meta": Table(
             [{"scale": scale, "trace": trace, "num_devices": num_devices, "pool_rule": how}], "Pool"
         ),

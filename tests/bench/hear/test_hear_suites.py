@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import doctest
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,13 @@ import pytest
 from maserve_prefect.bench.hear import adapters, tables
 from maserve_prefect.bench.hear.adapters import ContinuationHook
 from maserve_prefect.bench.hear.arms import Arm, make_pool, parse_arm, run_arm
-from maserve_prefect.bench.hear.mooncake_suite import run_mooncake
+from maserve_prefect.bench.hear.mooncake_suite import (
+    PAPER_TABLE4,
+    offered_tpm,
+    paper_offered_tpm,
+    regime_rows,
+    run_mooncake,
+)
 from maserve_prefect.bench.hear.suite_file import MooncakeSuite, RoleModesSuite
 from maserve_prefect.bench.hear.tables import wait_reuse_rows
 from maserve_prefect.bench.result import SuiteResult
@@ -289,6 +296,44 @@ def test_mooncake_demo_every_load_and_arm() -> None:
     assert {(r["load"], r["policy"]) for r in waiting} == {(r["load"], r["policy"]) for r in rows}
     for r in waiting:  # a turn's queue time ends at its first scheduling, before its first token
         assert 0.0 <= r["followups_queued_40s_share"] <= r["followups_waited_40s_share"] <= 1.0
+    regime = {r["load"]: r for r in report.tables["regime"].rows}
+    assert set(regime) == set(loads)
+    for load, r in regime.items():
+        (fcfs,) = [a for a in rows if a["load"] == load and a["policy"] == "fcfs"]
+        assert r["pressure"] == pytest.approx(r["offered_tpm"] / fcfs["throughput_tpm"])
+    assert (
+        regime["50%"]["offered_tpm"] < regime["75%"]["offered_tpm"] < regime["100%"]["offered_tpm"]
+    )
+    matched = report.tables["shape_matched"].rows
+    assert {(r["load"], r["paper_load"]) for r in matched} == {
+        (load, r["matched_paper_load"]) for load, r in regime.items()
+    }
+    assert len(matched) == 3 * 6  # loads x compared metrics
+
+
+def test_regime_matches_each_load_to_the_paper_level_of_closest_pressure() -> None:
+    """Pressure = offered turns/min over FCFS's served turns/min; the paper's offered rate is its
+    unqueued 50 % level's throughput scaled by the session fraction."""
+    paper_fcfs = {k: v["fcfs"]["throughput_tpm"] for k, v in PAPER_TABLE4.items()}
+    assert paper_offered_tpm("75%") == pytest.approx(paper_fcfs["50%"] * 1.5)
+    paper = {k: paper_offered_tpm(k) / paper_fcfs[k] for k in paper_fcfs}
+    assert paper["50%"] == 1.0 and 1.0 < paper["75%"] < paper["100%"]
+    rows = [{"load": "50%", "policy": "fcfs", "throughput_tpm": 100.0},
+            {"load": "50%", "policy": "cache_aware", "throughput_tpm": 120.0},
+            {"load": "75%", "policy": "fcfs", "throughput_tpm": 100.0}]  # fmt: skip
+    out = {r["load"]: r for r in regime_rows(rows, {"50%": 135.0, "75%": 101.0})}
+    assert out["50%"]["pressure"] == pytest.approx(1.35)
+    assert out["50%"]["matched_paper_load"] == "100%"  # 1.35 is closest to the paper's ~1.40
+    assert out["75%"]["matched_paper_load"] == "50%"  # 1.01 ~ the paper's unqueued 1.0
+    assert out["75%"]["paper_pressure"] == pytest.approx(paper["75%"])
+
+
+def test_offered_rate_is_turns_over_the_arrival_span() -> None:
+    two = (Turn(0, 10, 2, arrival_s=0.0), Turn(1, 10, 2, arrival_s=30.0))
+    sset = SessionSet((Session("a", two), Session("b", (Turn(0, 10, 2, arrival_s=60.0),))), "open")
+    assert offered_tpm(sset) == pytest.approx(3.0)  # 3 turns over one minute
+    one = SessionSet((Session("a", (Turn(0, 10, 2, arrival_s=0.0),)),), "open")
+    assert math.isnan(offered_tpm(one))
 
 
 def test_a_hear_suite_refuses_an_unknown_scale() -> None:
