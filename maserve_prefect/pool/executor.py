@@ -333,7 +333,7 @@ def _deployments(
     names |= {dep for dep, _ in options.warm}
     base = {}
     for n in sorted(names):
-        dep = given.get(n) or Deployment(n, n, kv_cache_bytes=options.kv_cache_bytes)
+        dep = given.get(n) or options.deployment(n)
         if dep.name != n:
             raise ConfigError(f"deployments[{n!r}] is named {dep.name!r}; use the same name")
         base[n] = dep
@@ -363,7 +363,8 @@ def run_pool(
         devices: device names ("A100-40GB:0", "V100-32GB:0", ...).
         plan: a registered plan name ("joint", "pool-fcfs", "parrot", "kairos") or instance.
         deployments: deployment configs by the names units use (default: the model of that
-            name with `options.kv_cache_bytes` of pre-allocated KV).
+            name sized by `options`: vLLM's `gpu_memory_utilization`, or a fixed
+            `kv_cache_bytes` of KV when co-locating; `ExecOptions.deployment`).
         costs: the predictions plans see (default: `RooflineCostModel` with the same KV).
         options: ablations and knobs (`ExecOptions`).
 

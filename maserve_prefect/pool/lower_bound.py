@@ -17,16 +17,15 @@ seconds from the run's start (time 0, when the pool is cold: no replica loaded o
   with P the longest path of that deployment's op floors (fastest GPU kind each).
 - **compute** (capacity of FLOPs): after time τ only ops of deployments that can have a replica
   by τ run; with `W(τ)` the FLOPs of ops whose deployment's fastest load ends at τ or later,
-  `makespan >= τ + W(τ) / C` for every such τ, where C is the pool's peak FLOPS counting on
-  each device as many replicas as fit there at once (the simulator runs colocated replicas
-  without contention).
+  `makespan >= τ + W(τ) / C` for every such τ, where C is the pool's peak FLOPS, each device
+  counted once (replicas on one device share its compute: `engines/sim/step/device_share.py`).
 
 Proof that each is a lower bound: every inequality above holds in every feasible schedule of
 the simulator — an op needs a resident replica of its deployment, a cold pool's first replica of
 a deployment is resident no earlier than its load time after time 0 (the load plan's total, the
 same `lifecycle.load_plan` the pool runs), an op runs at least its floor (below), memory
 reserved on a device never exceeds its capacity, and FLOPs per second never exceed the peak
-times the replicas running at once. Taking minima over GPU kinds, footprints, load times and
+on any device, whatever number of replicas share it. Taking minima over GPU kinds, footprints, load times and
 floors only lowers each term, and the maximum of lower bounds is a lower bound.
 
 An op's floor is its step count times the least time a step can take: every step of a
@@ -61,13 +60,12 @@ from maserve_prefect.engines.catalog import get_gpu, get_model
 from maserve_prefect.engines.catalog import lifecycle as lc
 from maserve_prefect.engines.sim.pool.device import Deployment, DeviceSlot
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.pool.inputs import ExecOptions
 from maserve_prefect.pool.state import DeploymentInfo, deployment_info
 from maserve_prefect.pool.window import WorkUnit, topo_order
 
 if TYPE_CHECKING:
     from maserve_prefect.pool.inputs import RootDag
-
-GIB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +149,7 @@ def _deps(
     workflows: Sequence[RootDag],
     gpus: Sequence[str],
     given: Mapping[str, Deployment],
-    kv_cache_bytes: int,
+    options: ExecOptions,
     cold: bool,
 ) -> dict[str, _Dep]:
     out: dict[str, _Dep] = {}
@@ -159,9 +157,7 @@ def _deps(
         for u in wf.units:
             if u.deployment in out:
                 continue
-            dep = given.get(u.deployment) or Deployment(
-                u.deployment, u.deployment, kv_cache_bytes=kv_cache_bytes
-            )
+            dep = given.get(u.deployment) or options.deployment(u.deployment)
             info = deployment_info(dep, gpus)
             if not info.fits:
                 raise ConfigError(f"lower bound: deployment {u.deployment!r} fits none of {gpus}")
@@ -197,7 +193,7 @@ def lower_bound(
     devices: Sequence[str],
     *,
     deployments: Mapping[str, Deployment] | None = None,
-    kv_cache_bytes: int = 2 * GIB,
+    options: ExecOptions | None = None,
     cold: bool = True,
 ) -> LowerBound:
     """The makespan lower bound of running `workflows` on `devices` (module docstring).
@@ -205,8 +201,10 @@ def lower_bound(
     Args:
         workflows: roots with DAGs and arrival offsets (as `pool.executor.run_pool` takes them).
         devices: device names; a deployment counts only on devices it fits.
-        deployments: deployment configs by name (default: the model of that name with
-            `kv_cache_bytes` of KV, as `run_pool` builds them).
+        deployments: deployment configs by name (default: the model of that name sized by
+            `options`, as `run_pool` builds them).
+        options: the run's options; only the replica sizing (`gpu_memory_utilization`,
+            `kv_cache_bytes`) is read.
         cold: the pool starts with no replica (as `run_pool` without `warm`); False drops the
             load terms.
 
@@ -215,7 +213,7 @@ def lower_bound(
     """
     slots = [DeviceSlot.parse(d) for d in devices]
     gpus = sorted({s.gpu.name for s in slots})
-    deps = _deps(workflows, gpus, deployments or {}, kv_cache_bytes, cold)
+    deps = _deps(workflows, gpus, deployments or {}, options or ExecOptions(), cold)
     per_root: dict[str, float] = {}
     longest: dict[str, float] = {}
     flops_by_dep: dict[str, float] = {}
@@ -230,9 +228,8 @@ def lower_bound(
     # compute: FLOPs of deployments whose first replica is ready at or after tau, from tau on
     capacity = 0.0
     for s in slots:
-        sizes = [f.footprint_bytes for d in deps.values() if (f := d.info.fit(s.gpu.name))]
-        if sizes:
-            capacity += s.gpu.peak_flops * (s.gpu.memory_bytes // min(sizes))
+        if any(d.info.fit(s.gpu.name) for d in deps.values()):
+            capacity += s.gpu.peak_flops
     first = min((wf.arrival_s for wf in workflows), default=0.0)
     cap_s = 0.0
     if capacity > 0:

@@ -99,6 +99,31 @@ def test_suite_file_errors_name_the_field(tmp_path: Path) -> None:
         load_pool_suite(SUITE).scale("huge")
 
 
+def test_replica_sizing_defaults_to_one_vllm_replica_per_gpu(tmp_path: Path) -> None:
+    suite = load_pool_suite(SUITE)
+    demo = suite.scale("demo")
+    opts = suite.arms["joint"].options(suite.sizing(demo))
+    assert (opts.gpu_memory_utilization, opts.kv_cache_bytes) == (0.9, None)
+    colo = tmp_path / "colo.yaml"
+    colo.write_text(
+        SUITE.read_text().replace(
+            "replicas:\n  gpu_memory_utilization: 0.9",
+            "replicas: {colocate: true, kv_cache_gib: 1.5}",
+        )
+    )
+    colocated = load_pool_suite(colo)
+    opts = colocated.arms["joint-no-fusion"].options(colocated.sizing(demo))
+    assert opts.kv_cache_bytes == int(1.5 * 2**30) and not opts.fusion
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        SUITE.read_text().replace(
+            "replicas:\n  gpu_memory_utilization: 0.9", "replicas: {kv_cache_gib: 2}"
+        )
+    )
+    with pytest.raises(ConfigError, match="kv_cache_gib applies only with colocate: true"):
+        load_pool_suite(bad)
+
+
 def test_docstring_examples_run() -> None:
     result = doctest.testmod(pool_suite, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

@@ -9,19 +9,20 @@ from hypothesis import strategies as st
 
 from maserve_prefect.engines.catalog import get_gpu
 from maserve_prefect.engines.sim.pool.device import Deployment
+from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.executor import run_pool
-from maserve_prefect.pool.inputs import RootDag
+from maserve_prefect.pool.inputs import ExecOptions, RootDag
 from maserve_prefect.pool.lower_bound import load_time_s, lower_bound, op_floor_s
 from maserve_prefect.pool.state import deployment_info
 from maserve_prefect.pool.window import WorkUnit
 
-GIB = 1 << 30
 MODELS = ("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B", "Qwen3-14B")
 PLANS = ("joint", "pool-fcfs", "parrot", "kairos")
 
 
 def dep(model: str) -> Deployment:
-    return Deployment(model, model, kv_cache_bytes=2 * GIB)
+    """The deployment `run_pool` and `lower_bound` build by default (vLLM's 0.9 utilization)."""
+    return ExecOptions().deployment(model)
 
 
 def single(root: str, model: str, n_in: int = 100, n_out: int = 8, at: float = 0.0) -> RootDag:
@@ -99,13 +100,27 @@ def workloads(draw: st.DrawFn) -> tuple[list[RootDag], list[str]]:
     return wfs, devices
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads())
-def test_no_plan_ever_beats_the_bound(case: tuple[list[RootDag], list[str]]) -> None:
+SIZINGS = {"one-per-gpu": ExecOptions(), "colocated": ExecOptions.colocated()}
+
+
+@pytest.mark.parametrize("sizing", SIZINGS)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=workloads())
+def test_no_plan_ever_beats_the_bound(sizing: str, case: tuple[list[RootDag], list[str]]) -> None:
     wfs, devices = case
-    lb = lower_bound(wfs, devices)
+    opts = SIZINGS[sizing]
+    models = {u.deployment for wf in wfs for u in wf.units}
+    gpus = {d.split(":")[0] for d in devices}
+    if sizing == "one-per-gpu" and "Qwen3-14B" in models and gpus == {"V100-32GB"}:
+        # 14B does not fit a V100-32GB at 0.9: infeasible for the bound and for every plan
+        with pytest.raises(ConfigError, match="Qwen3-14B"):
+            lower_bound(wfs, devices, options=opts)
+        with pytest.raises(ConfigError, match="Qwen3-14B"):
+            run_pool(wfs, devices, "joint", options=opts)
+        return
+    lb = lower_bound(wfs, devices, options=opts)
     for plan in PLANS:
-        res = run_pool(wfs, devices, plan)
+        res = run_pool(wfs, devices, plan, options=opts)
         assert res.makespan_s >= lb.bound_s - 1e-6, (plan, res.makespan_s, lb)
         for root, finish in lb.per_root_s.items():
             arrival = next(w.arrival_s for w in wfs if w.root_id == root)

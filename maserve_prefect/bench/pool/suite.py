@@ -84,6 +84,7 @@ def run_pool_suite(
     patterns = list(sc.arrivals or suite.arrivals)
     arms = list(sc.arms or suite.arms)
     devices = sc.device_names()
+    sizing = suite.sizing(sc)
     out = PoolSuiteResult(suite, scale)
     t0 = time.perf_counter()
     spec = suite.training_spec(sc)
@@ -108,12 +109,18 @@ def run_pool_suite(
     for run, roots in enumerate(by_run):
         for pname in patterns:
             workflows = build_root_dags(roots, suite.arrivals[pname].pattern(), run)
-            out.lower_bounds[(pname, run)] = lower_bound(workflows, devices).bound_s
+            out.lower_bounds[(pname, run)] = lower_bound(
+                workflows, devices, options=sizing.options()
+            ).bound_s
             for arm in arms:
                 a = suite.arms[arm]
                 t3 = time.perf_counter()
                 res = run_pool(
-                    workflows, devices, a.plan, costs=costs[a.predictor], options=a.options()
+                    workflows,
+                    devices,
+                    a.plan,
+                    costs=costs[a.predictor],
+                    options=a.options(sizing),
                 )
                 key = f"{pname}/{arm}/run{run}"
                 out.seconds[key] = time.perf_counter() - t3

@@ -8,6 +8,11 @@ scales to run at; the one suite loader (`bench.suite.load_suite`) parses it into
 description, schedule) are every suite's (`bench.suite_base`). Scales are named freely in the file
 (the shipped suite has demo, medium, full and full-headline).
 
+`replicas` sizes every replica (`ReplicaSizing`; a scale may override it): by default one
+replica per GPU as vLLM runs it, at `gpu_memory_utilization` 0.9 with the KV cache from the
+memory model; `colocate: true` gives each replica a fixed `kv_cache_gib` of KV instead, so
+several fit on one GPU and share its memory and compute.
+
     name: pool-hetero
     kind: pool
     workflows: [math_ensemble, code_repair, hierarchical_summary]
@@ -17,6 +22,7 @@ description, schedule) are every suite's (`bench.suite_base`). Scales are named 
     baselines: {parrot: parrot, kairos: kairos, fcfs: pool-fcfs}   # label -> arm
     ablations: [joint-no-fusion, ...]   # arms compared against the headline
     training: {profiles: ../../../shared/data/profiles}
+    replicas: {gpu_memory_utilization: 0.9}   # or {colocate: true, kv_cache_gib: 2}
     scales:
       demo: {sessions_per_workflow: 4, devices: {V100-32GB: 1, A100-40GB: 1}, runs: 1,
              arrivals: [burst], arms: [joint, parrot, kairos, pool-fcfs]}
@@ -26,10 +32,15 @@ Examples:
     True
     >>> Scale(sessions_per_workflow=1, devices={"V100-32GB": 2}).device_names()
     ['V100-32GB:0', 'V100-32GB:1']
+    >>> ReplicaSizing().options().kv_cache_bytes is None
+    True
+    >>> ReplicaSizing(colocate=True).options().kv_cache_bytes == 2 * 2**30
+    True
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Literal
 
@@ -37,7 +48,7 @@ from pydantic import Field, model_validator
 
 from maserve_prefect.bench.suite_base import FrozenModel, SuiteBase
 from maserve_prefect.pool.costs import TrainingSpec
-from maserve_prefect.pool.inputs import ExecOptions
+from maserve_prefect.pool.inputs import GIB, ExecOptions
 from maserve_prefect.pool.recorded import ArrivalPattern
 
 Axes = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
@@ -60,8 +71,45 @@ class ArmSpec(FrozenModel):
     prefetch: bool = True
     coalesce: bool = True
 
+    def options(self, sizing: ReplicaSizing | None = None) -> ExecOptions:
+        base = (sizing or ReplicaSizing()).options()
+        return dataclasses.replace(
+            base, fusion=self.fusion, prefetch=self.prefetch, coalesce=self.coalesce
+        )
+
+
+class ReplicaSizing(FrozenModel):
+    """How each replica is sized on its GPU (issue 15's physical substrate).
+
+    Attributes:
+        gpu_memory_utilization: vLLM's flag: a replica takes this share of its GPU and its KV
+            cache is what is left after weights, activations and overhead (`catalog.memory`).
+            At 0.9 (vLLM's default) one replica fills a GPU, and a model that does not fit at
+            that share (Qwen3-14B on a V100-32GB) is infeasible there for every plan.
+        colocate: several replicas per GPU: each pre-allocates a fixed `kv_cache_gib` of KV
+            instead (utilization is then unused), so replicas fit side by side and share the
+            GPU's memory and compute.
+        kv_cache_gib: the fixed KV per replica when colocating.
+    """
+
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    colocate: bool = False
+    kv_cache_gib: float = Field(default=2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _kv_only_when_colocating(self) -> ReplicaSizing:
+        if not self.colocate and "kv_cache_gib" in self.model_fields_set:
+            raise ValueError(
+                "kv_cache_gib applies only with colocate: true (otherwise the KV cache is "
+                "sized from gpu_memory_utilization)"
+            )
+        return self
+
     def options(self) -> ExecOptions:
-        return ExecOptions(fusion=self.fusion, prefetch=self.prefetch, coalesce=self.coalesce)
+        """Executor options with this sizing (the other options at their defaults)."""
+        if self.colocate:
+            return ExecOptions.colocated(int(self.kv_cache_gib * GIB))
+        return ExecOptions(gpu_memory_utilization=self.gpu_memory_utilization)
 
 
 class Goals(FrozenModel):
@@ -95,6 +143,7 @@ class Scale(FrozenModel):
     training: TrainingConfig | None = None
     bucket_steps: int = Field(default=3, ge=1)
     score_predictors: bool = True
+    replicas: ReplicaSizing | None = None
 
     def device_names(self) -> list[str]:
         return [f"{gpu}:{i}" for gpu, n in self.devices.items() for i in range(n)]
@@ -112,6 +161,7 @@ class PoolSuite(SuiteBase):
     ablations: tuple[str, ...] = ()
     goals: Goals = Goals()
     training: TrainingConfig
+    replicas: ReplicaSizing = ReplicaSizing()
     scales: dict[str, Scale] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -141,6 +191,10 @@ class PoolSuite(SuiteBase):
         """
         self.check_scale(name)
         return self.scales[name]
+
+    def sizing(self, scale: Scale) -> ReplicaSizing:
+        """The replica sizing at `scale` (its own, else the file's)."""
+        return scale.replicas or self.replicas
 
     def training_spec(self, scale: Scale) -> TrainingSpec:
         cfg = scale.training or self.training

@@ -49,6 +49,7 @@ from maserve_prefect.engines.sim.cost.step_cost import (
 from maserve_prefect.engines.sim.hear.side import SimHear
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager, cdiv
 from maserve_prefect.engines.sim.request import SimRequest
+from maserve_prefect.engines.sim.step.device_share import Lane
 from maserve_prefect.engines.sim.step.fast_forward import (
     allocate_run,
     decode_run_length,
@@ -80,7 +81,7 @@ class _Hooks:
     """A replica's HEAR-side state, in one attribute: the replica stays under CPython's 30
     shared instance-dict keys, past which every attribute access on its hot path slows."""
 
-    __slots__ = ("hear", "host_loads", "modal", "modes", "prepares", "run_allocated")
+    __slots__ = ("hear", "host_loads", "lane", "modal", "modes", "prepares", "run_allocated")
 
     def __init__(self, modes: ModeBook, host_loads: list[tuple[SimRequest, int]]) -> None:
         self.modes = modes
@@ -91,6 +92,7 @@ class _Hooks:
         # built on first use (or at once, for a host tier): its KV hooks cost a little on
         # every eviction, which a replica that never uses HEAR should not pay
         self.hear: SimHear | None = None
+        self.lane: Lane | None = None  # the device share of a pool's replica (`device_share.py`)
 
 
 @dataclass(slots=True)
@@ -230,16 +232,16 @@ class ReplicaLoop:
             assert hx.hear is not None  # only its host tier loads blocks
             self._plan_step(out, now, hx.hear.admission_loads())
             return
-        if self._ff_prefill:
+        lane = hx.lane
+        alone = lane is None or lane.alone()  # runs only while no replica beside is busy
+        if self._ff_prefill and alone:
             prun = plan_prefill_run(self.scheduler, out, now, self.cost_model)
             if prun is not None:
                 prun.base_values = self._sample_values()[1:]  # constant inside the run
-                prun.handle = self.clock.call_at(
-                    prun.ends[-1], lambda: self._end_prefill_run(prun), NORMAL, self.name
-                )
+                prun.handle = self._at_end(now, prun.ends[-1], lambda: self._end_prefill_run(prun))
                 self._run = prun
                 return
-        if self._ff and not hx.modal:
+        if self._ff and not hx.modal and alone:
             n = len(out.scheduled)
             aff = self._affine.get(n)
             if aff is None:
@@ -249,9 +251,7 @@ class ReplicaLoop:
                 ctx0 = sum(it.num_computed_before for it in out.scheduled)
                 run = _Run(out, now, k, aff, ctx0)
                 end_s = now + aff.base_s * k + run_cost(aff, ctx0, k).attention_s
-                run.handle = self.clock.call_at(
-                    end_s, lambda: self._end_run(run), NORMAL, self.name
-                )
+                run.handle = self._at_end(now, end_s, lambda: self._end_run(run))
                 self._run = run
                 return
         if hx.modal:
@@ -259,10 +259,7 @@ class ReplicaLoop:
             return
         chunks = [ScheduledChunk(it.num_new_tokens, it.num_computed_before) for it in out.scheduled]
         cost = self.cost_model.step_cost(chunks)
-        end_s = now + cost.total_s
-        self.clock.call_at(
-            end_s, lambda: self._end_step(out, now, end_s, 1, cost), NORMAL, self.name
-        )
+        self._at_end(now, now + cost.total_s, lambda: self._end_step(out, now, 1, cost))
 
     def _plan_step(self, out: SchedulerOutput, now: float, extra_s: float) -> None:
         """One step on its own, with non-dense modes' contexts and `extra_s` (host-tier loads,
@@ -282,10 +279,26 @@ class ReplicaLoop:
             cost = StepCost(
                 cost.linear_s, cost.attention_s, cost.lm_head_s, cost.overhead_s + extra_s
             )
-        end_s = now + cost.total_s
-        self.clock.call_at(
-            end_s, lambda: self._end_step(out, now, end_s, 1, cost), NORMAL, self.name
-        )
+        self._at_end(now, now + cost.total_s, lambda: self._end_step(out, now, 1, cost))
+
+    def _at_end(self, now: float, end_s: float, fire: Callable[[], None]) -> Cancellable | None:
+        """Run `fire()` when the step (or run) started `now` ends: at `end_s` unshared, stretched
+        while its device is shared (a pool's replica: `device_share.py`)."""
+        lane = self._hx.lane
+        if lane is None:
+            return self.clock.call_at(end_s, fire, NORMAL, self.name)
+        lane.start(now, end_s, fire)
+        return None
+
+    def _move_end(self, run: _Run | PrefillRun, end_s: float, fire: Callable[[], None]) -> None:
+        """A cut run now ends at `end_s`."""
+        lane = self._hx.lane
+        if lane is not None:
+            lane.move_end(end_s)
+            return
+        assert run.handle is not None
+        run.handle.cancel()
+        run.handle = self.clock.call_at(end_s, fire, NORMAL, self.name)
 
     def _truncate_run(self) -> None:
         """Cut the run in flight to the steps that started strictly before now (at least 1)."""
@@ -296,11 +309,7 @@ class ReplicaLoop:
             j = run.steps_before(self.clock.now())
             if j < run.k:
                 run.k = j
-                assert run.handle is not None
-                run.handle.cancel()
-                run.handle = self.clock.call_at(
-                    run.ends[j - 1], lambda: self._end_prefill_run(run), NORMAL, self.name
-                )
+                self._move_end(run, run.ends[j - 1], lambda: self._end_prefill_run(run))
             return
         aff = run.aff
         n = aff.num_seqs
@@ -308,10 +317,8 @@ class ReplicaLoop:
         if j >= run.k:
             return
         run.k = j
-        assert run.handle is not None
-        run.handle.cancel()
         end_s = run.start_s + aff.base_s * j + run_cost(aff, run.ctx0, j).attention_s
-        run.handle = self.clock.call_at(end_s, lambda: self._end_run(run), NORMAL, self.name)
+        self._move_end(run, end_s, lambda: self._end_run(run))
 
     def _materialize(self) -> None:
         """Bring a fast-forwarded run in flight to the state stepping has now: cut it to the
@@ -353,7 +360,7 @@ class ReplicaLoop:
         else:
             allocate_run(self.scheduler, run.k)
         cost = run_cost(run.aff, run.ctx0, run.k)
-        self._end_step(run.out, run.start_s, self.clock.now(), run.k, cost, StepKind.DECODE)
+        self._end_step(run.out, run.start_s, run.k, cost, StepKind.DECODE)
 
     def _end_prefill_run(self, run: PrefillRun) -> None:
         self._run = None
@@ -369,21 +376,20 @@ class ReplicaLoop:
             sample = self.timeline.sample
             for i in range(k - 1):
                 sample(run.ends[i], (run.usage_after(i + 1, nb), *base))
-        self._end_step(
-            run.out, run.starts[0], run.ends[k - 1], k, run.total_cost(), StepKind.PREFILL
-        )
+        self._end_step(run.out, run.starts[0], k, run.total_cost(), StepKind.PREFILL)
 
     def _end_step(
         self,
         out: SchedulerOutput,
         start_s: float,
-        end_s: float,
         num_steps: int,
         cost: StepCost,
         run_kind: StepKind | None = None,
     ) -> None:
         """End one step, or a run (`run_kind`: DECODE or PREFILL) whose steps before the last
-        were applied already, except decode runs' (`advance_decode`)."""
+        were applied already, except decode runs' (`advance_decode`), now: at the end time it
+        was scheduled for (the cost model's, or stretched by a shared device)."""
+        end_s = self.clock.now()
         by_seq = self.scheduler.by_seq
         if run_kind is None:
             num_tokens_of = {it.request_id: by_seq[it.seq].num_tokens for it in out.scheduled}

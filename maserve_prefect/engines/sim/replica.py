@@ -39,6 +39,7 @@ from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
 from maserve_prefect.engines.sim.kv.manager import cdiv
 from maserve_prefect.engines.sim.loop import LogEntry, ReplicaLoop
 from maserve_prefect.engines.sim.request import RequestStatus, SimRequest
+from maserve_prefect.engines.sim.step.device_share import DeviceShare
 from maserve_prefect.engines.sim.step.fast_forward import blocks_held_after, steps_before
 from maserve_prefect.engines.sim.step.modes import DEFAULT_MODE_PARAMS, DEFAULT_MODES, ModeParams
 from maserve_prefect.engines.sim.step.prefill_run import PrefillRun
@@ -347,6 +348,11 @@ class SimReplica(ReplicaLoop):
         )
 
     # -- lifecycle hooks for a Pool --------------------------------------------------------
+
+    def share_devices(self, share: DeviceShare, devices: tuple[str, ...]) -> None:
+        """Run this replica's steps on `devices`, sharing their compute with the other replicas
+        there (`step/device_share.py`: processor sharing; a replica alone is unchanged)."""
+        self._hx.lane = share.lane(self.name, devices, self._truncate_run)
 
     def pause(self) -> None:
         """Start no new step (a step in flight still finishes; a fast-forwarded run is cut to the

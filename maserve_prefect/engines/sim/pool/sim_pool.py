@@ -6,6 +6,12 @@ larger of its start and end figures) to its end; the pool admits an action only 
 it touches has room for the action's peak next to what the other replicas hold now. Rejections
 name the numbers. Memory per replica = plan bytes + process bytes (see `engines/sim/pool/device.py`).
 
+Replicas on one device share it, as processes on one GPU do: its memory (the admission rule
+above, so a second replica loads only where it fits beside the first — at vLLM's default
+`gpu_memory_utilization` of 0.9 it never does) and its compute (`engines/sim/step/device_share.py`:
+while `k` replicas there have a step in flight each advances at `1/k` of full speed; a replica
+alone on its device runs exactly as an unshared one).
+
 Rules callers rely on:
 - `load` creates the replica at once in LOADING; it becomes READY at `plan.total_s`. Submits to a
   replica that is not READY are REJECTED ("replica X is loading; retry after its load ticket
@@ -53,6 +59,7 @@ from maserve_prefect.engines.sim.pool.device import (
 from maserve_prefect.engines.sim.pool.lifecycle_exec import DONE_EVENT, PoolReplica, execute_plan
 from maserve_prefect.engines.sim.pool.views import PoolViews
 from maserve_prefect.engines.sim.replica import SimReplica
+from maserve_prefect.engines.sim.step.device_share import DeviceShare
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.engine import LifecycleAction, LifecycleTicket
 from maserve_prefect.protocol.outcomes import Acceptance
@@ -111,6 +118,7 @@ class SimPool(PoolViews):
         self.log = log
         self.check_invariants = check_invariants
         self.lifecycle_log: list[LifecycleRecord] = []
+        self.compute = DeviceShare(clock)  # replicas on one device share its compute
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -173,7 +181,8 @@ class SimPool(PoolViews):
             blocks = min(dep.num_gpu_blocks(s.gpu) for s in slots)
             host = self._host_tier(dep, slots[0])
         except ConfigError as exc:
-            return self._reject(LifecycleAction.LOAD, name, str(exc), on_done)
+            where = "+".join(names)
+            return self._reject(LifecycleAction.LOAD, name, f"{where}: {exc}", on_done)
         plan = lc.load_plan(dep.spec, gpu, kv, dep.weight_source, dep.tp, dep.params())
         process = max(dep.process_bytes(s.gpu) for s in slots)
         reason = self._no_room(slots, plan.peak_gpu_bytes + process, None, f"loading {name}")
@@ -190,6 +199,7 @@ class SimPool(PoolViews):
             check_invariants=self.check_invariants,
             host_tier=host,
         )
+        engine.share_devices(self.compute, tuple(names))
         entry = PoolReplica(name, dep, tuple(slots), engine, kv, process)
         self._replicas[name] = entry
         self._close(entry, Lifecycle.LOADING)
@@ -307,8 +317,10 @@ class SimPool(PoolViews):
                 names = [p.name for p in others if p.reserved_bytes > 0]
                 return (
                     f"{slot.name} has {total / 1e9:.2f} GB; {held / 1e9:.2f} GB held or committed "
-                    f"by {names or 'none'}; {what} needs {need / 1e9:.2f} GB at its peak. Sleep or "
-                    "unload a replica there, or lower gpu_memory_utilization / kv_cache_bytes"
+                    f"by {names or 'none'}, {(total - held) / 1e9:.2f} GB free; {what} needs "
+                    f"{need / 1e9:.2f} GB at its peak. Sleep or unload a replica there, or give "
+                    "each replica on a shared device a smaller gpu_memory_utilization or an "
+                    "explicit kv_cache_bytes (vLLM's 0.9 leaves room for one replica per GPU)"
                 )
         return ""
 
