@@ -23,8 +23,9 @@ workflow to Qwen3-4B, as the specs suggest:
   refining writer (large) 14B;
 - code_repair: coder (main) 8B, diagnoser (small) 1.7B, reviewer (large) 14B, repairer (main)
   **4B**, validator (tiny) 0.6B;
-- hierarchical_summary: rolling-summary chain a (main) **4B**, chain b (small) 1.7B, merge
-  (large) 14B, answer and edit (main) 8B.
+- hierarchical_summary (QMSum): the paper's map (§2.3, "two parallel three-node Qwen3-4B
+  lanes followed by three Qwen3-8B aggregation nodes") — both rolling-summary chains **4B**,
+  merge, answer and edit **8B**.
 
 A unit's deployment is its model name, so every root needing a model shares that model's
 replicas (`run_pool` builds a default deployment per model name). Keys of `ROLE_MODELS` are the
@@ -34,7 +35,9 @@ op's session within its root with iteration suffixes dropped (`repair#1.repairer
 Sessions: `bench.pool.traces.record_traces` realizes `users` roots per workflow for one seed
 (cached on disk, as JSON, under `$MASERVE_HOME/pool_traces/`); `build_root_dags` interleaves the
 roots of several workflows in a seeded order and gives them arrival offsets from an
-`ArrivalPattern` — burst (all at 0) or Poisson at a rate with seed `42 + run`.
+`ArrivalPattern` — burst (all at 0) or, as the paper's evaluation has it (§4.2, "per-scenario
+rates"), one Poisson process per workflow at the rate, each with its own seed
+(`ARRIVAL_SEED + run + 1000 * k` for the k-th workflow in order of first appearance).
 
 Examples:
     >>> from maserve_prefect.trace.model import Dep, EdgeKind, Manifest, OpKind, OpRecord, Trace
@@ -78,6 +81,10 @@ ROLE_MODELS: Mapping[tuple[str, str], str] = {
     ("hierarchical_summary", "chain_a1.summarizer"): "Qwen3-4B",
     ("hierarchical_summary", "chain_a2.summarizer"): "Qwen3-4B",
     ("hierarchical_summary", "chain_a3.summarizer"): "Qwen3-4B",
+    ("hierarchical_summary", "chain_b1.summarizer"): "Qwen3-4B",
+    ("hierarchical_summary", "chain_b2.summarizer"): "Qwen3-4B",
+    ("hierarchical_summary", "chain_b3.summarizer"): "Qwen3-4B",
+    ("hierarchical_summary", "merge.aggregator"): "Qwen3-8B",
 }
 """(workflow, session key) → model, overriding the pool file's model (module docstring)."""
 
@@ -316,7 +323,9 @@ def session_order(roots: Sequence[RootWork], seed: int) -> list[RootWork]:
 
 
 def build_root_dags(roots: Sequence[RootWork], pattern: ArrivalPattern, run: int) -> list[RootDag]:
-    """Pool workflows: `roots` in the seeded order of run `run`, timed by `pattern`.
+    """Pool workflows: `roots` in the seeded order of run `run`, timed by `pattern` — per
+    workflow (scenario), its own arrival process (module docstring), so each scenario's sessions
+    arrive at the pattern's rate.
 
     Examples:
         >>> u = WorkUnit("w/r/a", "w/r", "Qwen3-0.6B", 10, 5)
@@ -325,8 +334,15 @@ def build_root_dags(roots: Sequence[RootWork], pattern: ArrivalPattern, run: int
         [0.0]
     """
     ordered = session_order(roots, ARRIVAL_SEED + run)
-    times = pattern.offsets(len(ordered), run)
-    return [r.at(t) for r, t in zip(ordered, times, strict=True)]
+    by_workflow: dict[str, list[RootWork]] = {}
+    for r in ordered:
+        by_workflow.setdefault(r.workflow, []).append(r)
+    timed: list[tuple[float, int, RootWork]] = []
+    position = {r.root_id: i for i, r in enumerate(ordered)}
+    for k, mine in enumerate(by_workflow.values()):
+        times = pattern.offsets(len(mine), run + 1000 * k)
+        timed += [(t, position[r.root_id], r) for r, t in zip(mine, times, strict=True)]
+    return [r.at(t) for t, _, r in sorted(timed, key=lambda x: (x[0], x[1]))]
 
 
 def recorded_roots(traces: Mapping[str, Trace]) -> list[RootWork]:
