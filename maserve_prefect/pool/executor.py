@@ -50,9 +50,11 @@ from maserve_prefect.dispatch.plans import Plan, get_plan
 from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.engines.sim.pool.device_time import DeviceTimeRow
+from maserve_prefect.engines.sim.pool.export import ReplicaTimeRow
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.pool.control import DEFAULT_OUTPUT_LIMIT, PoolController
+from maserve_prefect.pool.gpu_attribution import gpu_seconds_by_scenario
 from maserve_prefect.pool.handle import PoolHandle, SimPoolHandle
 from maserve_prefect.pool.inputs import REVEAL_MODES, ExecOptions, RootDag
 from maserve_prefect.pool.results import OpResult, PoolRunResult
@@ -66,6 +68,8 @@ __all__ = ["run_pool"]
 
 DeviceTimeFn = Callable[[float, float], Iterable[DeviceTimeRow]]
 """GPU-seconds per device between two instants (`SimPool.device_time`); real pools have none."""
+ReplicaTimeFn = Callable[[float, float], Iterable[ReplicaTimeRow]]
+"""The same per replica, with step seconds per request (`SimPool.replica_time`)."""
 
 
 @dataclass(slots=True)
@@ -97,12 +101,14 @@ class _PoolRun:
         costs: CostModel,
         options: ExecOptions,
         device_time: DeviceTimeFn | None = None,
+        replica_time: ReplicaTimeFn | None = None,
     ) -> None:
         if options.reveal not in REVEAL_MODES:
             raise ConfigError(
                 f"ExecOptions(reveal={options.reveal!r}): expected one of {REVEAL_MODES}"
             )
         self.clock, self.pool, self.device_time = clock, pool, device_time
+        self.replica_time = replica_time
         self.plan, self.opts = plan, options
         self.workflows = list(workflows)
         self.deps = _deployments(self.workflows, deployments, options)
@@ -285,6 +291,7 @@ class _PoolRun:
         sessions = max(len(lat), 1)
         per = {p[:-2]: sum(getattr(r, p) for r in rows) / sessions for p in parts}
         per["total"] = sum(per.values())
+        by_scenario = self._gpu_by_scenario(end, sum(r.other_s for r in rows))
         events = self.control.events
         return PoolRunResult(
             plan=self.plan.name,
@@ -299,7 +306,18 @@ class _PoolRun:
             device_time=rows,
             gpu_s_per_session=per,
             num_plans=self.dispatcher.stats.num_plans,
+            gpu_s_by_scenario=by_scenario,
         )
+
+    def _gpu_by_scenario(self, end: float, other_s: float) -> dict[str, dict[str, float]]:
+        if self.replica_time is None:
+            return {}
+        scenario = {u.unit_id: wf.name or wf.root_id for wf in self.workflows for u in wf.units}
+        sessions: dict[str, int] = {}
+        for wf in self.workflows:
+            sessions[wf.name or wf.root_id] = sessions.get(wf.name or wf.root_id, 0) + 1
+        reps = list(self.replica_time(self.start_s, end))
+        return gpu_seconds_by_scenario(reps, other_s, scenario, sessions)
 
     def _op_result(self, uid: str) -> OpResult:
         op = self.ops[uid]
@@ -380,7 +398,7 @@ def run_pool(
     pool = SimPool(kernel, devices)
     run = _PoolRun(
         workflows, kernel, SimPoolHandle(pool), chosen, deployments or {}, model, opts,
-        pool.device_time,
+        pool.device_time, pool.replica_time,
     )  # fmt: skip
     run.warm_up()
     run.start()

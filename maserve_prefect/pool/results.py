@@ -9,13 +9,14 @@ of its deployment serving, a load of it in progress), `wait_no_load_s` (none ser
 loading: the load could not start), `wait_other_s` (a replica was serving; queue or plan choice)
 — plus `reacquire_s` (ready → submitted for ops that follow a same-deployment predecessor). Per
 run: makespan, per-root latency, p95, lifecycle actions, and GPU-seconds per completed session
-split generation / idle-resident / loading / other (`SimPool.device_time`).
+split generation / idle-resident / loading / other (`SimPool.device_time`), overall and per
+scenario (`pool.gpu_attribution`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from maserve_prefect.engines.sim.pool.device_time import DeviceTimeRow
 from maserve_prefect.pool.control import LifecycleEvent
@@ -61,6 +62,9 @@ class PoolRunResult:
     device_time: tuple[DeviceTimeRow, ...]
     gpu_s_per_session: Mapping[str, float]
     num_plans: int
+    gpu_s_by_scenario: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Per workflow (scenario), GPU-seconds per completed session by part, shared lifecycle time
+    attributed by generation share (`pool.gpu_attribution`); empty without a simulated pool."""
 
     def summary(self) -> dict[str, float]:
         """Headline numbers for a report table."""

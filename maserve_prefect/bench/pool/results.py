@@ -30,6 +30,8 @@ class ArmRun:
     summary: dict[str, float]
     latency_s: dict[str, float]
     num_reacquiring_ops: int
+    by_scenario: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per workflow: GPU-seconds per completed session by part (`pool.gpu_attribution`)."""
 
     @classmethod
     def of(cls, pattern: str, arm: str, run: int, res: PoolRunResult) -> ArmRun:
@@ -40,6 +42,7 @@ class ArmRun:
             res.summary(),
             dict(res.root_latency_s),
             sum(o.reacquire_s > 0 for o in res.ops),
+            {wf: dict(parts) for wf, parts in res.gpu_s_by_scenario.items()},
         )
 
 

@@ -1,13 +1,18 @@
-"""Tables a `SimPool` exports: per-device time split and per-step rows joinable to ops.
+"""Tables a `SimPool` exports: per-device and per-replica time splits and per-step rows
+joinable to ops.
 
-One idea: both are computed after the fact from what the run already recorded (replica step
+One idea: all are computed after the fact from what the run already recorded (replica step
 records, lifecycle spans), never sampled while it runs, so they are exact and cost nothing on
-the hot path.
+the hot path. A replica's split uses its own intervals only (the device split takes the union
+over its replicas), and its generation seconds are shared among the requests of each step by
+the tokens each computed in it (a fast-forwarded decode run: one token each per step, so an
+equal share).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from maserve_prefect.engines.sim.pool.device import DeviceSlot
 from maserve_prefect.engines.sim.pool.device_time import DeviceTimeRow, Interval, split_device_time
@@ -35,6 +40,52 @@ def device_time_rows(
             load.extend((a, end_s if b < 0 else b) for a, b in p.transitions)
             res.extend((a, end_s if b < 0 else b) for a, b in p.resident)
         rows.append(split_device_time(name, (start_s, end_s), gen, load, res))
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaTimeRow:
+    """One replica's time over a window: generation, loading (not generating), idle-resident
+    (neither), and its generation seconds per request (sums to `generation_s` when steps do not
+    overlap, as on one replica)."""
+
+    replica: str
+    deployment: str
+    devices: tuple[str, ...]
+    generation_s: float
+    loading_s: float
+    idle_resident_s: float
+    request_s: Mapping[str, float]
+
+
+def replica_time_rows(
+    replicas: Iterable[PoolReplica], start_s: float, end_s: float
+) -> list[ReplicaTimeRow]:
+    """Per replica (every replica the pool ever had, in the given order), its time split over
+    `[start_s, end_s]` and its step seconds per request (module docstring); spans still open
+    count as running until `end_s`."""
+    rows = []
+    for p in replicas:
+        gen = [(r.start_s, r.end_s) for r in p.engine.records]
+        load = [(a, end_s if b < 0 else b) for a, b in p.transitions]
+        res = [(a, end_s if b < 0 else b) for a, b in p.resident]
+        split = split_device_time(p.name, (start_s, end_s), gen, load, res)
+        per: dict[str, float] = {}
+        for r in p.engine.records:
+            lo, hi = max(r.start_s, start_s), min(r.end_s, end_s)
+            tokens = sum(s.num_new_tokens for s in r.scheduled)
+            if hi <= lo or tokens <= 0:
+                continue
+            for s in r.scheduled:
+                per[s.request_id] = (
+                    per.get(s.request_id, 0.0) + (hi - lo) * s.num_new_tokens / tokens
+                )
+        rows.append(
+            ReplicaTimeRow(
+                p.name, p.deployment.name, tuple(d.name for d in p.devices), split.generation_s,
+                split.loading_s, split.idle_resident_s, per,
+            )
+        )  # fmt: skip
     return rows
 
 

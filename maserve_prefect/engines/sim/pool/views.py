@@ -28,7 +28,12 @@ from collections.abc import Sequence
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.pool.device import Deployment, DeviceSlot
 from maserve_prefect.engines.sim.pool.device_time import DeviceTimeRow
-from maserve_prefect.engines.sim.pool.export import device_time_rows, step_rows
+from maserve_prefect.engines.sim.pool.export import (
+    ReplicaTimeRow,
+    device_time_rows,
+    replica_time_rows,
+    step_rows,
+)
 from maserve_prefect.engines.sim.pool.lifecycle_exec import PoolReplica
 from maserve_prefect.engines.sim.replica import SimReplica
 from maserve_prefect.engines.sim.step.records import Timeline
@@ -124,6 +129,13 @@ class PoolViews:
         """Per-device time split over `[start_s, end_s]` (default: up to now), device order."""
         end = self.clock.now() if end_s is None else end_s
         return device_time_rows(self._slots, self._replicas.values(), start_s, end)
+
+    def replica_time(
+        self, start_s: float = 0.0, end_s: float | None = None
+    ) -> list[ReplicaTimeRow]:
+        """Per-replica time split and step seconds per request over `[start_s, end_s]`."""
+        end = self.clock.now() if end_s is None else end_s
+        return replica_time_rows(self._replicas.values(), start_s, end)
 
     def step_rows(self) -> list[dict[str, object]]:
         """One row per (step record, scheduled request): join to ops through `request_id`."""
