@@ -57,8 +57,10 @@ from maserve_prefect.dispatch.books import Cadence, per_instant
 from maserve_prefect.dispatch.snapshot import Decisions, Load, ReplicaView, Snapshot, Unit
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.errors import ConfigError, SimulationError
+from maserve_prefect.pool.admission import Backoff
 from maserve_prefect.pool.fusion import Chain, fusible_chains
 from maserve_prefect.pool.handle import PoolHandle
+from maserve_prefect.pool.outputs import OutputHistory
 from maserve_prefect.pool.snapshot import PlanOptions, PoolSnapshot
 from maserve_prefect.pool.state import (
     ActiveRequest,
@@ -163,6 +165,9 @@ class PoolController:
         self.events: list[LifecycleEvent] = []
         self.open: dict[str, LifecycleEvent] = {}
         self._plan = ""  # the plan whose decisions are applied (named in errors)
+        # plan inputs learned from outcomes: output lengths per node, KV back-off ρ(t)
+        self.outputs = OutputHistory()
+        self.backoff = Backoff()
 
     # -- units -----------------------------------------------------------------------------
 
@@ -368,6 +373,12 @@ class PoolController:
         all the same): its lease share and grant end."""
         self.status[unit_id] = UnitStatus.DONE
         self.completed_s[unit_id] = now
+        u = self.units[unit_id]
+        if replica is None:  # refused before it ran: hold its blocks back from now on (ρ)
+            fits = self.info[u.deployment].fits
+            self.backoff.observe(u.deployment, u.context_tokens, min(f.block_size for f in fits))
+        else:  # the books learn no token counts: a length-locked request's output is its limit
+            self.outputs.record(u, u.max_tokens)
         if replica is not None:
             self.active[replica] = [a for a in self.active[replica] if a.unit_id != unit_id]
             self.last_used[replica] = now
@@ -506,7 +517,7 @@ class PoolController:
         self._dirty.clear()
         state = self._pool_state(now)
         live = list(self.live)
-        units = {uid: self.units[uid] for r in live for uid in self.by_root[r]}
+        units = {uid: self._timed(self.units[uid]) for r in live for uid in self.by_root[r]}
         status = {uid: self.status[uid] for uid in units}
         window = build_window(
             units,
@@ -532,7 +543,15 @@ class PoolController:
             costs=self.costs,
             chains={u: self.chains[u] for u in units},
             options=self.options,
+            kv_backoff_blocks=dict(self.backoff.held),
         )
+
+    def _timed(self, u: WorkUnit) -> WorkUnit:
+        """`u` with the output it is timed on (`pool.outputs`) where that is not its limit."""
+        if self.status[u.unit_id] is UnitStatus.DONE:
+            return u
+        tokens = self.outputs.timing_tokens(u)
+        return u if tokens == u.max_tokens else dataclasses.replace(u, timing_tokens=tokens)
 
     def _predicted_runtime(self, u: WorkUnit) -> float:
         uid = u.unit_id
@@ -575,6 +594,7 @@ class PoolController:
                     self.last_used.get(v.name, 0.0),
                     fit.unload_s,
                     v.accepting,
+                    fit.block_size,
                 )
             )
         leases = tuple(

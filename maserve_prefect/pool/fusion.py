@@ -125,9 +125,10 @@ class WorkItem:
         return envelope(self.units)
 
     def runtime_s(self, costs: CostModel, model: str, gpu: str, batch: int = 1) -> float:
-        """Summed predicted runtime of the chain on `gpu` (members run one after another)."""
+        """Summed predicted runtime of the chain on `gpu` (members run one after another),
+        each timed on its `timing_output` (`pool.outputs`)."""
         return sum(
-            costs.runtime_s(model, gpu, batch, u.input_len, u.max_tokens) for u in self.units
+            costs.runtime_s(model, gpu, batch, u.input_len, u.timing_output) for u in self.units
         )
 
 

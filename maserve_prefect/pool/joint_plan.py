@@ -1,37 +1,48 @@
 """The joint pool plan: lifecycle, replica, device and order chosen together, one prefix at a time.
 
 One idea: each call is a pure, greedy pass over an extended snapshot (`PoolSnapshot`: pool state +
-window + predictions) that commits only what can start now, and every event replans:
+window + predictions) that commits only what can start now, and every event replans
+(Algorithm 1 of the paper, §3.5):
 
 1. Ready work items (a unit and the rest of its fused chain) are ranked by priority with aging
-   (a unit gains one priority class per `aging_s` waited), then ready time, then id.
+   (a unit gains one priority class per `aging_s` waited), then ready time, then id. Work is
+   timed on the p90 output of its node's recent completions and admitted on its output limit
+   (`pool.outputs`, `pool.admission`).
 2. Each item first *reuses* an accepting resident replica of its deployment (earliest predicted
-   completion; batch limit, KV envelope and request memory checked) and gets a `Grant` for its
-   chain. A unit that a standing grant binds goes to that replica only.
+   completion; batch limit, KV admission — committed blocks on the output limit, ε_M, ρ(t),
+   granted chains' reservations — and request memory checked) and gets a `Grant` for its
+   chain. A unit that a standing grant binds goes to that replica only. Work no replica admits
+   stays here, unbound: the next prefix is all that is committed.
 3. The rest is coalesced per deployment and gets lifecycle options on every device, scale-out
    included: Load into free memory, Load once unloads already under way end, or Reclaim+Load
    (victims lease-free and idle: redundant copies first, then most distant next use beyond
    their reload, `constructor.victim_order`). An option is a candidate only if it has a
    predicted *benefit*: every unmet item is list-scheduled on the supply there is — a serving
    replica frees a slot as each request of its batch ends (its queue drains, this round's
-   submits included), a loading, planned or just-decided copy opens as many slots as its memory
-   allows when its load ends — with and without the new copy, and the completion time it saves
-   (unit-seconds) must exceed the delay that reclaiming its victims puts on their own work still
-   to start (`constructor.victim_delay_s`); work with no supply at all gains without bound.
-   Candidates are ranked by the key: ready-work coverage per priority class (most urgent class
-   first), counted as the predicted work the covered units head — each unit and everything
-   after it in its DAG, so a load that unblocks more work covers more — then predicted
-   completion (completions within `tie_s` of the earliest count as equal: that is below what
-   the predictions resolve), then lifecycle overhead, then best fit (least memory left on the
-   device, so that large holes stay for large models). The best is committed to the memory
-   ledger and the search repeats. An option that waits for unloads under way decides nothing
-   yet: its memory is held for the round, and the unloads' end is an event that replans.
+   submits included), a loading, planned or just-decided copy opens as many slots as its
+   memory and KV admission allow when its load ends — with and without the new copy, and the
+   completion time it saves (unit-seconds) must exceed the delay it puts on other work:
+   reclaiming its victims (`constructor.victim_delay_s`) and holding the only devices
+   constrained demand of the window fits (`scarce.scarce_delay_s`); work with no supply at all
+   gains without bound. Candidates are ranked by Eq. 12's key with a scarce-device term in front:
+   the scarce delay (within `tie_s` counts as equal), then the ready units covered per
+   priority class (most urgent class first, `A_1..A_K`), then predicted completion of the
+   covered work (`C_F`; within `tie_s` of the earliest counts as equal: below what the
+   predictions resolve), then lifecycle overhead (`H_life`), then best fit (least memory left
+   on the device, so that large holes stay for large models). The best is committed to the
+   memory ledger and the search repeats. An option that waits for unloads under way decides
+   nothing yet: its memory is held for the round, and the unloads' end is an event that
+   replans.
 4. Only when no ready action can advance — no lifecycle action for ready work was taken or
-   held this round — a deployment of near-ready work with no replica is *prefetched* if its
-   predicted release is within load time + `prefetch_slack_s` (ranked by priority, then
-   release — timely first — then overhead). A prefetch evicts only redundant copies and
-   replicas predicted to be needed after the prefetched work plus their reload
-   (`constructor.prefetch_victims`), and never memory a held load counts on.
+   held this round — near-ready work is provisioned: the window's near-ready units and those
+   this round's submits make near-ready (`window.near_ready_after`), coalesced per deployment.
+   A deployment with no copy is prefetched once its earliest predicted release is within load
+   time + `prefetch_slack_s`; one with copies gets another (scale-out) only if, list-scheduled
+   at their releases, some of its near-ready items complete more than `tie_s` sooner on it.
+   A prefetch never delays constrained demand (scarce delay must be nil), evicts only
+   redundant copies and replicas predicted to be needed after the prefetched work plus their
+   reload (`constructor.prefetch_victims`), and never memory a held load counts on. Ranked by
+   priority, then release (timely first), then overhead.
 
 Every load, reclaim and request goes through `MemoryLedger.fits` at every predicted transition,
 victims are lease-free and idle, and committed work (requests in flight, granted chains) is never
@@ -57,16 +68,18 @@ from maserve_prefect.pool.constructor import (
 )
 from maserve_prefect.pool.fusion import WorkItem, coalesce, work_item
 from maserve_prefect.pool.plan_round import Round, Slots
+from maserve_prefect.pool.scarce import scarce_delay_s
 from maserve_prefect.pool.snapshot import pool_snapshot
 from maserve_prefect.pool.state import ReplicaInfo
-from maserve_prefect.pool.window import WindowUnit, WorkUnit
+from maserve_prefect.pool.window import WorkUnit, near_ready_after
 
 
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     """A lifecycle option for ready demand, with the terms it is ranked by."""
 
-    counts: tuple[float, ...]  # minus the work it covers per priority class, most urgent first
+    scarce_s: float  # delay it puts on constrained pending demand (`scarce.scarce_delay_s`)
+    counts: tuple[int, ...]  # minus the ready units it covers per priority class, urgent first
     done_s: float
     leftover_bytes: int
     option: LifecycleOption
@@ -74,9 +87,12 @@ class _Candidate:
 
 
 def _best(cands: list[_Candidate], tie_s: float) -> _Candidate:
-    """Most ready work per priority class; then the earliest completion, where completions
-    within `tie_s` of the earliest are equal (below the predictions' resolution); then the
-    least lifecycle overhead; then best fit (least memory left on the device)."""
+    """Least scarce-device delay (within `tie_s` equal); then most ready units per priority
+    class; then the earliest completion, where completions within `tie_s` of the earliest are
+    equal (below the predictions' resolution); then the least lifecycle overhead; then best
+    fit (least memory left on the device)."""
+    least = min(c.scarce_s for c in cands)
+    cands = [c for c in cands if c.scarce_s <= least + tie_s]
     top = min(c.counts for c in cands)
     same = [c for c in cands if c.counts == top]
     first = min(c.done_s for c in same)
@@ -107,7 +123,7 @@ def place_on_standing_grant(rd: Round, item: WorkItem) -> bool:
         return False
     r = rd.state.replica(name)
     if r.serving:
-        rd.submit(WorkItem((item.head,), item.release_s), r, grant=False)
+        rd.submit(WorkItem((item.head,), item.release_s), r, grant=False, reserve=False)
     return True
 
 
@@ -137,11 +153,20 @@ class JointPlan:
                 unmet.append(it)
             else:
                 rd.submit(it, best, grant=True)
+        near = [(w.unit, w.release_s) for w in snap.window.near_ready]
+        near += near_ready_after(snap.window, snap.units, rd.unit_ends)
+        demand: dict[str, list[float]] = {}
+        for w in snap.window.ready:
+            if w.unit.unit_id not in rd.unit_ends:
+                demand.setdefault(w.unit.deployment, []).append(rd.now)
+        for u, t in near:
+            demand.setdefault(u.deployment, []).append(t)
+        rd.window_demand = demand
         self._lifecycle_for_ready(rd, unmet)
         # no ready action can advance: none was taken or held (ready work that no option can
         # serve does not stop a prefetch; a prefetch only takes free memory or safe victims)
         if opts.prefetch and not rd.loads and not rd.deferred:
-            self._prefetch(rd)
+            self._prefetch(rd, [work_item(u, t, snap.units, chains) for u, t in near])
         return rd.decisions()
 
     @staticmethod
@@ -159,12 +184,12 @@ class JointPlan:
         supply there is — every item is list-scheduled on the existing replicas (queues
         drained) with and without it — and that gain (unit-seconds of completion) exceeds the
         delay reclaiming its victims puts on their own work still to start
-        (`constructor.victim_delay_s`). Work with no supply at all gains without bound.
+        (`constructor.victim_delay_s`) and holding a device constrained demand needs
+        (`scarce.scarce_delay_s`). Work with no supply at all gains without bound.
         """
         classes = sorted({it.head.priority for it in unmet})
         next_use = rd.snap.window.next_use_s
         pending = rd.snap.window.releases_s
-        work = {w.unit.unit_id: w.downstream_work_s for w in rd.snap.window.ready}
         demand = {dm.deployment: list(dm.items) for dm in coalesce(unmet)}
         tie_s = rd.snap.options.tie_s
         while True:
@@ -194,16 +219,17 @@ class JointPlan:
                     if not cov:
                         continue
                     gain = sum(x for _, _, x in cov)
-                    cost = victim_delay_s(rd.state, opt.victims, pending, rd.costs, rd.leaving)
-                    if not gain > cost:
-                        continue
                     done = max(t for _, t, _ in cov)
+                    cost = victim_delay_s(rd.state, opt.victims, pending, rd.costs, rd.leaving)
+                    scarce = _scarce(rd, opt, done)
+                    if not gain > cost + scarce:
+                        continue
                     counts = tuple(
-                        -sum(work[it.head.unit_id] for it, _, _ in cov if it.head.priority == c)
-                        for c in classes
+                        -sum(1 for it, _, _ in cov if it.head.priority == c) for c in classes
                     )
                     picked = [it for it, _, _ in cov]
-                    cands.append(_Candidate(counts, done, rd.leftover_bytes(opt), opt, picked))
+                    left = rd.leftover_bytes(opt)
+                    cands.append(_Candidate(scarce, counts, done, left, opt, picked))
             if not cands:
                 break
             pick = _best(cands, tie_s)
@@ -213,43 +239,66 @@ class JointPlan:
                 rd.take(pick.option, [it.head.unit_id for it in pick.items])
 
     @staticmethod
-    def _prefetch(rd: Round) -> None:
-        """Prefetch deployments of near-ready work whose release nears load time + slack."""
+    def _prefetch(rd: Round, near: list[WorkItem]) -> None:
+        """Provision near-ready work: prefetch a deployment with no copy once its release nears
+        load time + slack, add a copy where near-ready work completes sooner on it; never
+        delaying constrained demand (module docstring, step 4)."""
         slack = rd.snap.options.prefetch_slack_s
+        tie_s = rd.snap.options.tie_s
         next_use = rd.snap.window.next_use_s
-        groups: dict[str, list[WindowUnit]] = {}
-        for w in rd.snap.window.near_ready:
-            groups.setdefault(w.unit.deployment, []).append(w)
+        groups = {dm.deployment: list(dm.items) for dm in coalesce(near)}
         while True:
-            best: tuple[tuple[object, ...], LifecycleOption, list[WindowUnit]] | None = None
-            for d, ws in sorted(groups.items()):
-                if rd.has_copy(d):
+            best: tuple[tuple[object, ...], LifecycleOption, list[WorkItem]] | None = None
+            for d, items in sorted(groups.items()):
+                release = min(it.release_s for it in items)
+                prio = min(it.head.priority for it in items)
+                copy = rd.has_copy(d)
+                slots = rd.supply_slots(d, items) if copy else []
+                base = [t for t, _ in rd.drain(slots, items)]
+                if copy and not rd.could_gain(d, items, base, tie_s):
                     continue
-                release = min(w.release_s for w in ws)
-                prio = min(w.unit.priority for w in ws)
                 for dev in rd.state.device_names():
                     victims = prefetch_victims(
                         rd.state, dev, next_use, rd.costs, release, rd.exclude
                     )
                     opt = lifecycle_option(
-                        rd.state,
-                        rd.ledger,
-                        d,
-                        dev,
-                        rd.costs,
-                        next_use,
-                        prefetch=True,
-                        exclude=rd.exclude,
-                        protect_before_s=release,
-                        victims=victims,
-                    )
+                        rd.state, rd.ledger, d, dev, rd.costs, next_use, prefetch=True,
+                        exclude=rd.exclude, protect_before_s=release, victims=victims,
+                    )  # fmt: skip
                     if opt is None or release > opt.ready_s + slack:
+                        continue
+                    cap = rd.batch_cap(d, dev, items, rd.leftover_bytes(opt))
+                    placed = rd.drain([*slots, Slots(rd.gpu(dev), (opt.ready_s,) * cap)], items)
+                    gains = [
+                        b - t
+                        for (t, g), b in zip(placed, base, strict=True)
+                        if g == len(slots) and b - t > tie_s
+                    ]
+                    if not gains:
+                        continue
+                    done = max(t for t, g in placed if g == len(slots))
+                    if _scarce(rd, opt, done) > 0.0:
                         continue
                     key = (prio, release, opt.ready_s, opt.overhead_s, d, dev)
                     if best is None or key < best[0]:
-                        best = (key, opt, ws)
+                        best = (key, opt, items)
             if best is None:
                 return
-            _, opt, ws = best
-            rd.take(opt, [w.unit.unit_id for w in ws])
+            _, opt, items = best
+            rd.take(opt, [u for it in items for u in it.unit_ids[:1]])
             groups.pop(opt.deployment)
+
+
+def _scarce(rd: Round, opt: LifecycleOption, busy_until_s: float) -> float:
+    """The scarce-device delay of `opt` holding its device until `busy_until_s`."""
+    return scarce_delay_s(
+        rd.state,
+        opt.deployment,
+        opt.device,
+        busy_until_s,
+        rd.window_demand,
+        rd.costs,
+        gone=rd.leaving | {v.name for v in opt.victims},
+        decided=rd.new_copies,
+        taken_devices={dev for copies in rd.new_copies.values() for dev, _ in copies},
+    )

@@ -4,7 +4,10 @@ One idea: a plan call is a greedy pass, and `Round` is the scratch state it muta
 `MemoryLedger` over the snapshot's pool (every load, reclaim and request is checked with
 `MemoryLedger.fits` at every predicted transition), the batch each replica would run, the
 replicas this round reclaims or hands work to, and the submits, grants, loads and unloads
-committed; `decisions()` freezes them into `Decisions`. It also predicts where queued work of a
+committed; `decisions()` freezes them into `Decisions`. A replica takes work only while its
+committed KV blocks stay within its admission limit (`pool.admission`: output limit, ε_M,
+ρ(t), granted chains' reservations), so work beyond it waits in the planner, where a new copy
+can take it, never in an engine queue. It also predicts where queued work of a
 deployment runs next (`supply_slots`, `drain`): a serving replica frees a slot as each request of
 its batch ends (this round's submits included: its queue drains), and a loading, planned or
 just-decided copy opens as many slots as its memory allows when its load ends. The joint plan
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from maserve_prefect.dispatch.snapshot import Decisions, Grant, Load, Submit, Unload
+from maserve_prefect.pool.admission import admit_limit_blocks, blocks_for, committed_blocks
 from maserve_prefect.pool.constructor import LifecycleOption
 from maserve_prefect.pool.fusion import WorkItem
 from maserve_prefect.pool.memory_ledger import MemoryLedger
@@ -57,7 +61,11 @@ class Round:
         self.new_supply: dict[str, list[tuple[float, int]]] = {}
         self.new_copies: dict[str, list[tuple[str, float]]] = {}  # deployment -> (device, ready)
         self.ends: dict[str, list[float]] = {}  # replica -> this round's submits' predicted ends
+        self.unit_ends: dict[str, float] = {}  # unit -> predicted end, this round's submits
         self.deferred: list[LifecycleOption] = []  # loads waiting for unloads under way
+        self.kv_used: dict[str, int] = {}  # replica -> KV blocks its committed work holds
+        # deployment -> releases of its unplaced ready and near-ready units (set by the plan)
+        self.window_demand: dict[str, list[float]] = {}
         for r in self.state.replicas:
             n = len(r.active)
             self.batch[r.name] = (
@@ -65,6 +73,9 @@ class Round:
                 max((a.input_len for a in r.active), default=0),
                 max((a.max_tokens for a in r.active), default=0),
             )
+            chains = [left for rep, left in self.state.grants if rep == r.name]
+            active = [(a.unit_id, a.context_tokens) for a in r.active]
+            self.kv_used[r.name] = committed_blocks(active, chains, snap.units, r.block_size)
 
     def model(self, deployment: str) -> str:
         return self.state.deployment(deployment).model
@@ -89,13 +100,31 @@ class Round:
         after = self._held(r, n + 1, max(mi, env.max_input_len), max(mo, env.max_output_len))
         return max(after - self._held(r, n, mi, mo), 0)
 
+    def item_blocks(self, item: WorkItem, block_size: int) -> int:
+        """KV blocks `item` reserves on admission: its chain's largest context on the output
+        limit (`pool.admission`)."""
+        return blocks_for(item.envelope.max_context_tokens, block_size)
+
+    def kv_limit(self, deployment: str, kv_blocks: int) -> int:
+        """Blocks committed work may hold on a replica of `deployment` with `kv_blocks`."""
+        return admit_limit_blocks(kv_blocks, self.snap.kv_backoff_blocks.get(deployment, 0))
+
+    def kv_fits(self, r: ReplicaInfo, item: WorkItem) -> bool:
+        """`item` fits `r`'s KV admission limit beside its committed work (an idle replica
+        takes one item that fits its whole pool)."""
+        need = self.item_blocks(item, r.block_size)
+        used = self.kv_used[r.name]
+        if used == 0:
+            return need <= r.kv_blocks
+        return used + need <= self.kv_limit(r.deployment, r.kv_blocks)
+
     def can_accept(self, r: ReplicaInfo, item: WorkItem) -> bool:
-        """Resident, accepting, below its batch limit, KV envelope fits, memory fits."""
+        """Resident, accepting, below its batch limit, KV admission fits, memory fits."""
         if not r.serving or item.deployment != r.deployment or r.name in self.leaving:
             return False
         if self.batch[r.name][0] >= r.max_num_seqs:
             return False
-        if item.envelope.max_context_tokens > r.kv_capacity_tokens:
+        if not self.kv_fits(r, item):
             return False
         delta = self.request_delta(r, item)
         return delta == 0 or self.ledger.fits(r.device, delta, self.now)
@@ -106,8 +135,9 @@ class Round:
             self.costs, self.model(r.deployment), self.gpu(r.device), n
         )
 
-    def submit(self, item: WorkItem, r: ReplicaInfo, grant: bool) -> None:
-        """Send `item`'s head to `r` now (and grant it the chain)."""
+    def submit(self, item: WorkItem, r: ReplicaInfo, grant: bool, reserve: bool = True) -> None:
+        """Send `item`'s head to `r` now (and grant it the chain); `reserve=False` for a
+        member of a standing grant, whose KV its grant already holds."""
         delta = self.request_delta(r, item)
         if delta:
             self.ledger.add(r.device, self.now, delta)
@@ -116,6 +146,9 @@ class Round:
         env = item.envelope
         self.batch[r.name] = (n + 1, max(mi, env.max_input_len), max(mo, env.max_output_len))
         self.ends.setdefault(r.name, []).append(end)
+        self.unit_ends[item.head.unit_id] = end
+        if reserve:
+            self.kv_used[r.name] += self.item_blocks(item, r.block_size)
         self.exclude.add(r.name)
         self.submits.append(Submit(item.head.unit_id, r.name))
         if grant:
@@ -167,12 +200,20 @@ class Round:
 
     def batch_cap(self, deployment: str, device: str, items: Sequence[WorkItem], spare: int) -> int:
         """How many of `items` a fresh replica of `deployment` on `device` can run at once:
-        its batch limit, and no more than the request memory beyond its footprint that `spare`
-        bytes allow (predicted peak memory grows with the batch)."""
+        its batch limit, the items (in order) its KV admission limit holds, and no more than
+        the request memory beyond its footprint that `spare` bytes allow (predicted peak
+        memory grows with the batch)."""
         fit = self.state.fit(deployment, device)
         if fit is None or not items:
             return 0
-        top = min(fit.max_num_seqs, len(items))
+        limit = self.kv_limit(deployment, fit.kv_capacity_tokens // max(fit.block_size, 1))
+        num_kv, used = 0, 0
+        for it in items:
+            used += self.item_blocks(it, fit.block_size)
+            if used > limit:
+                break
+            num_kv += 1
+        top = min(fit.max_num_seqs, len(items), max(num_kv, 1))
         model, gpu = self.model(deployment), self.gpu(device)
         max_in = max(it.envelope.max_input_len for it in items)
         max_out = max(it.envelope.max_output_len for it in items)
@@ -223,8 +264,8 @@ class Round:
 
     def drain(self, slots: Sequence[Slots], items: Sequence[WorkItem]) -> list[tuple[float, int]]:
         """Predicted (completion, slot group) of `items` in order, each on the group where it
-        completes first (list scheduling; each replica runs at the batch its slots hold);
-        (INF, -1) where there is no slot at all."""
+        completes first (list scheduling; each replica runs at the batch its slots hold; an
+        item starts no earlier than its release); (INF, -1) where there is no slot at all."""
         heaps = [sorted(g.free_s) for g in slots]
         out: list[tuple[float, int]] = []
         for it in items:
@@ -233,7 +274,7 @@ class Round:
             for i, g in enumerate(slots):
                 if heaps[i]:
                     rt = it.runtime_s(self.costs, model, g.gpu, len(g.free_s))
-                    t = heaps[i][0] + rt
+                    t = max(heaps[i][0], it.release_s) + rt
                     if t < best[0]:
                         best = (t, i)
             if best[1] >= 0:

@@ -56,6 +56,8 @@ class PoolSnapshot(Snapshot):
         units: the active roots' DAG (every unit of a root that arrived and is not finished).
         costs: runtime / memory / load predictions.
         chains: each unit's fused chain (`fusion.fusible_chains`).
+        kv_backoff_blocks: ρ(t) per deployment: KV blocks held back after observed
+            out-of-memory refusals (`pool.admission`).
     """
 
     pool: PoolState
@@ -64,6 +66,7 @@ class PoolSnapshot(Snapshot):
     costs: CostModel
     chains: Mapping[str, Chain] = field(default_factory=dict)
     options: PlanOptions = PlanOptions()
+    kv_backoff_blocks: Mapping[str, int] = field(default_factory=dict)
 
 
 def pool_snapshot(snapshot: Snapshot, plan: str) -> PoolSnapshot:

@@ -140,6 +140,7 @@ class Fit:
     kv_capacity_tokens: int
     max_num_seqs: int
     unload_s: float = 1.0
+    block_size: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +189,7 @@ def deployment_info(dep: Deployment, gpus: Iterable[str]) -> DeploymentInfo:
                 blocks * cfg.block_size,
                 cfg.max_num_seqs,
                 dep.params().unload_s,
+                cfg.block_size,
             )
         )
     config = repr((dep.tp, dep.gpu_memory_utilization, dep.kv_cache_bytes, dep.scheduler))
@@ -220,6 +222,7 @@ class ReplicaInfo:
         held_bytes: bytes held or reserved now (footprint while loading / resident / unloading,
             plus predicted request memory beyond the footprint).
         active: submitted, unfinished requests in submission order (the replica's queue).
+        kv_capacity_tokens / block_size: the engine's KV pool, in tokens and tokens per block.
         last_used_s: last time a request was submitted or finished here (LRU).
     """
 
@@ -236,6 +239,12 @@ class ReplicaInfo:
     last_used_s: float = 0.0
     unload_s: float = 1.0
     accepting: bool = True
+    block_size: int = 16
+
+    @property
+    def kv_blocks(self) -> int:
+        """KV blocks of the engine's pool (the admission limit of its requests)."""
+        return self.kv_capacity_tokens // max(self.block_size, 1)
 
     @property
     def serving(self) -> bool:

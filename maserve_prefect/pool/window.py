@@ -41,6 +41,9 @@ class WorkUnit:
         preds / succs: unit ids it waits for / that wait for it (same root).
         priority: lower runs first (vLLM convention).
         workflow: the workflow (template) name, for reports.
+        timing_tokens: output tokens the joint plan times the call on (`pool.outputs`: the p90
+            of its node's recent completions); 0 = its limit `max_tokens`. Admission always
+            uses the limit.
     """
 
     unit_id: str
@@ -52,10 +55,16 @@ class WorkUnit:
     succs: tuple[str, ...] = ()
     priority: int = 0
     workflow: str = ""
+    timing_tokens: int = 0
 
     @property
     def context_tokens(self) -> int:
         return self.input_len + self.max_tokens
+
+    @property
+    def timing_output(self) -> int:
+        """Output tokens to time the call on (`timing_tokens`, else the limit)."""
+        return self.timing_tokens or self.max_tokens
 
 
 class UnitStatus(Enum):
@@ -100,6 +109,8 @@ class Window:
         releases_s: per deployment, the predicted releases of every unit that has not started
             (ready units count as now), in time order: the work a reclaim of its last copy
             would delay.
+        status: every unit's status the window was built from (missing = PENDING).
+        completion_s: predicted completion of every unfinished unit.
     """
 
     now_s: float
@@ -109,6 +120,8 @@ class Window:
     root_remaining_s: Mapping[str, float] = field(default_factory=dict)
     root_arrival_s: Mapping[str, float] = field(default_factory=dict)
     releases_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    status: Mapping[str, UnitStatus] = field(default_factory=dict)
+    completion_s: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +299,46 @@ def build_window(
         remaining,
         {r: arrivals.get(r, 0.0) for r in remaining},
         {d: tuple(sorted(ts)) for d, ts in uses.items()},
+        dict(status),
+        {uid: times[uid][1] for uid in units if status.get(uid) is not UnitStatus.DONE},
     )
+
+
+def near_ready_after(
+    window: Window, units: Mapping[str, WorkUnit], submitted_end_s: Mapping[str, float]
+) -> list[tuple[WorkUnit, float]]:
+    """Units that turn near-ready once `submitted_end_s`'s units (submitted this round, unit
+    id -> predicted completion) run, with their predicted release: every predecessor done,
+    running or just submitted, at least one of them not done, and the unit not already ready,
+    near-ready or running. A plan thus sees the successors of what it just committed in the
+    same round, not at the next event.
+
+    Examples:
+        >>> a = WorkUnit("a", "r", "m", 10, 5, succs=("b",))
+        >>> b = WorkUnit("b", "r", "m", 10, 5, preds=("a",))
+        >>> w = build_window({"a": a, "b": b}, {"a": UnitStatus.READY}, now_s=0.0,
+        ...                  runtime_s=lambda u: 2.0)
+        >>> [(u.unit_id, t) for u, t in near_ready_after(w, {"a": a, "b": b}, {"a": 3.0})]
+        [('b', 3.0)]
+    """
+    seen = {w.unit.unit_id for w in (*window.ready, *window.near_ready)}
+    out: list[tuple[WorkUnit, float]] = []
+    for uid in sorted({s for x in submitted_end_s for s in units[x].succs if s in units}):
+        u = units[uid]
+        if uid in seen or window.status.get(uid, UnitStatus.PENDING) is not UnitStatus.PENDING:
+            continue
+        ends: list[float] = []
+        for p in u.preds:
+            st = window.status.get(p, UnitStatus.PENDING)
+            if p in submitted_end_s:
+                ends.append(submitted_end_s[p])
+            elif st is UnitStatus.RUNNING:
+                ends.append(window.completion_s.get(p, window.now_s))
+            elif st is not UnitStatus.DONE:
+                break
+        else:
+            out.append((u, max([window.now_s, *ends])))
+    return out
 
 
 def _by_release(w: WindowUnit) -> tuple[float, str]:
