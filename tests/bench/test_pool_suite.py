@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import json
 from pathlib import Path
@@ -49,6 +50,26 @@ def test_every_arm_completes_every_session_above_the_lower_bound(
     paths = suite_tables(res)["model_paths"]
     for arm in scale.arms or ():
         assert sum(p["completed_per_run"] for p in paths if p["arm"] == arm) == sessions
+
+
+def test_the_oracle_is_reported_beside_every_arm_and_no_arm_beats_it(
+    twice: tuple[PoolSuiteResult, PoolSuiteResult],
+) -> None:
+    res = twice[0]
+    rows = {r["arm"]: r for r in suite_tables(res)["oracle"]}
+    oracle = rows.pop("oracle")
+    assert oracle["vs_lower_bound"] >= 1.0 and "simulator runs" in oracle["note"]
+    assert set(rows) == set(res.suite.scale("demo").arms or ())
+    for arm, row in rows.items():
+        assert row["makespan_vs_oracle"] >= 1.0, arm
+    goals = {g["ratio"]: g for g in suite_tables(res)["goals"]}
+    assert goals["joint/oracle"]["achieved"] == rows["joint"]["makespan_vs_oracle"]
+    assert goals["oracle/lower bound"]["achieved"] == oracle["vs_lower_bound"]
+    # where the Oracle does not run, the table says why instead
+    skipped = dataclasses.replace(res, oracles={}, oracle_skipped={("burst", 0): "too big"})
+    assert suite_tables(skipped)["oracle"] == [
+        {"arrivals": "burst", "arm": "oracle", "note": "skipped: too big"}
+    ]
 
 
 def test_two_runs_give_identical_tables(twice: tuple[PoolSuiteResult, PoolSuiteResult]) -> None:

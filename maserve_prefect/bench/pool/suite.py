@@ -25,13 +25,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from maserve_prefect.bench.pool.results import ArmRun, PoolSuiteResult, Row
+from maserve_prefect.bench.pool.results import ArmRun, OracleRun, PoolSuiteResult, Row
 from maserve_prefect.bench.pool.suite_file import PoolSuite, Scale
 from maserve_prefect.bench.pool.traces import record_traces
 from maserve_prefect.bench.report import ProgressFn
 from maserve_prefect.pool.costs import cost_model_source
 from maserve_prefect.pool.executor import run_pool
 from maserve_prefect.pool.lower_bound import lower_bound
+from maserve_prefect.pool.oracle import fits_oracle, oracle
 from maserve_prefect.pool.recorded import (
     ARRIVAL_SEED,
     POOL_MODELS,
@@ -114,6 +115,7 @@ def run_pool_suite(
             out.lower_bounds[(pname, run)] = lower_bound(
                 workflows, devices, options=sizing.options()
             ).bound_s
+            seeds = {}
             for arm in arms:
                 a = suite.arms[arm]
                 t3 = time.perf_counter()
@@ -127,9 +129,30 @@ def run_pool_suite(
                 key = f"{pname}/{arm}/run{run}"
                 out.seconds[key] = time.perf_counter() - t3
                 out.runs.append(ArmRun.of(pname, arm, run, res))
+                if a.coalesce:  # per-workflow deployments are another schedule space
+                    seeds[arm] = res
                 done += 1
                 if progress is not None:
                     progress(done, total, key)
+            num_units = sum(len(w.units) for w in workflows)
+            if sc.oracle_evaluations and seeds and fits_oracle(num_units, len(devices)):
+                t4 = time.perf_counter()
+                found = oracle(
+                    workflows,
+                    devices,
+                    seeds=seeds,
+                    options=sizing.options(),
+                    max_evaluations=sc.oracle_evaluations,
+                )
+                out.oracles[(pname, run)] = OracleRun.of(found)
+                out.seconds[f"{pname}/oracle/run{run}"] = time.perf_counter() - t4
+            else:
+                out.oracle_skipped[(pname, run)] = (
+                    "off at this scale (oracle_evaluations: 0)"
+                    if not sc.oracle_evaluations
+                    else f"{num_units} calls on {len(devices)} devices: beyond the Oracle's "
+                    "size limits (pool.oracle.fits_oracle)"
+                )
     out.seconds["total"] = time.perf_counter() - t0
     return out
 

@@ -49,6 +49,7 @@ from pydantic import Field, model_validator
 from maserve_prefect.bench.suite_base import FrozenModel, SuiteBase
 from maserve_prefect.pool.costs import TrainingSpec
 from maserve_prefect.pool.inputs import GIB, ExecOptions
+from maserve_prefect.pool.oracle import DEFAULT_EVALUATIONS
 from maserve_prefect.pool.recorded import ArrivalPattern
 
 Axes = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
@@ -133,7 +134,11 @@ class TrainingConfig(FrozenModel):
 
 
 class Scale(FrozenModel):
-    """One scale: sessions, pool, runs, and optionally subsets of arrivals / arms."""
+    """One scale: sessions, pool, runs, and optionally subsets of arrivals / arms.
+
+    `oracle_evaluations` is the Oracle's search budget (simulator runs, `pool.oracle`); 0 turns
+    it off, and it is skipped where the work exceeds its size limits (`fits_oracle`).
+    """
 
     sessions_per_workflow: int = Field(ge=1)
     devices: dict[str, int]
@@ -144,6 +149,7 @@ class Scale(FrozenModel):
     bucket_steps: int = Field(default=3, ge=1)
     score_predictors: bool = True
     replicas: ReplicaSizing | None = None
+    oracle_evaluations: int = Field(default=DEFAULT_EVALUATIONS, ge=0)
 
     def device_names(self) -> list[str]:
         return [f"{gpu}:{i}" for gpu, n in self.devices.items() for i in range(n)]
