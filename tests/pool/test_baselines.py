@@ -117,7 +117,11 @@ def test_kairos_holds_a_request_no_replica_has_kv_room_for() -> None:
     pool = make_pool(1, _kv_user("full", "A100-40GB:0", CAP - 1000), now=NOW)
     s = make_pool_snapshot(pool, [make_unit("a", "Qwen3-4B", n_in=2500, n_out=500)], {"a": R})
     assert plan("kairos", s).submits == ()
-    assert [x.replica for x in plan("pool-fcfs", s).submits] == ["full"]
+    # every plan's admission now reads the engine's KV blocks (`pool.admission`): FCFS holds too
+    assert plan("pool-fcfs", s).submits == ()
+    roomy = make_pool(1, _kv_user("roomy", "A100-40GB:0", CAP - 4000), now=NOW)
+    s2 = make_pool_snapshot(roomy, [make_unit("a", "Qwen3-4B", n_in=2500, n_out=500)], {"a": R})
+    assert [x.replica for x in plan("kairos", s2).submits] == ["roomy"]
 
 
 def test_fcfs_evicts_the_least_recently_used_idle_replica_and_never_a_leased_one() -> None:
