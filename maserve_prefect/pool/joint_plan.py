@@ -24,8 +24,11 @@ window + predictions) that commits only what can start now, and every event repl
    completion time it saves (unit-seconds) must exceed the delay it puts on other work:
    reclaiming its victims (`constructor.victim_delay_s`) and holding the only devices
    constrained demand of the window fits (`scarce.scarce_delay_s`); work with no supply at all
-   gains without bound. Candidates are ranked by Eq. 12's key with a scarce-device term in front:
-   the scarce delay (within `tie_s` counts as equal), then the ready units covered per
+   gains without bound. Candidates are ranked by Eq. 12's key, with the scarce-device term
+   deciding *placement* first: a deployment's first copy is considered only on the devices where
+   it delays constrained demand least, a scale-out copy only where no option of any deployment
+   delays it less (so flexible work never takes a scarce device for a second copy while
+   constrained demand waits for it; within `tie_s` counts as equal). Then the ready units covered per
    priority class (most urgent class first, `A_1..A_K`), then predicted completion of the
    covered work (`C_F`; within `tie_s` of the earliest counts as equal: below what the
    predictions resolve), then lifecycle overhead (`H_life`), then best fit (least memory left
@@ -84,15 +87,24 @@ class _Candidate:
     leftover_bytes: int
     option: LifecycleOption
     items: list[WorkItem]
+    scale_out: bool  # its deployment already has a copy
 
 
 def _best(cands: list[_Candidate], tie_s: float) -> _Candidate:
-    """Least scarce-device delay (within `tie_s` equal); then most ready units per priority
-    class; then the earliest completion, where completions within `tie_s` of the earliest are
+    """Placement by scarce-device delay (a first copy: its deployment's least; a scale-out
+    copy: the least of all; within `tie_s` equal); then most ready units per priority class; then the earliest completion, where completions within `tie_s` of the earliest are
     equal (below the predictions' resolution); then the least lifecycle overhead; then best
     fit (least memory left on the device)."""
-    least = min(c.scarce_s for c in cands)
-    cands = [c for c in cands if c.scarce_s <= least + tie_s]
+    least: dict[str, float] = {}
+    for c in cands:
+        d = c.option.deployment
+        least[d] = min(least.get(d, c.scarce_s), c.scarce_s)
+    overall = min(least.values())
+    cands = [
+        c
+        for c in cands
+        if c.scarce_s <= (overall if c.scale_out else least[c.option.deployment]) + tie_s
+    ]
     top = min(c.counts for c in cands)
     same = [c for c in cands if c.counts == top]
     first = min(c.done_s for c in same)
@@ -229,7 +241,9 @@ class JointPlan:
                     )
                     picked = [it for it, _, _ in cov]
                     left = rd.leftover_bytes(opt)
-                    cands.append(_Candidate(scarce, counts, done, left, opt, picked))
+                    cands.append(
+                        _Candidate(scarce, counts, done, left, opt, picked, rd.has_copy(d))
+                    )
             if not cands:
                 break
             pick = _best(cands, tie_s)

@@ -3,10 +3,12 @@
 One idea: a deployment that fits only some GPU kinds (Qwen3-14B at 0.9 fits an A100-40GB, not
 a V100-32GB) can run nowhere else, so a flexible deployment placed on such a device delays it
 while it is there — "placing a flexible activation on the only high-capacity GPU blocks a
-constrained successor; resource ordering preserves that device" (§2). The joint plan ranks a
-lifecycle option first by this delay (`scarce_delay_s`), before the ready work it covers
-(Eq. 12 with a scarce-device term in front), so flexible work takes a scarce device only when
-nothing else serves it, and then the one that delays constrained demand least.
+constrained successor; resource ordering preserves that device" (§2). The joint plan uses this
+delay (`scarce_delay_s`) to place: a deployment's first copy goes only where it delays
+constrained demand least, and a scale-out copy only where no option delays it less; across
+deployments, Eq. 12's ready-work coverage then decides. (Ranking every option by it first made
+the only A100 load Qwen3-14B for 4 ready calls at t = 0 while 8 ready Qwen3-8B calls waited,
+and load 14B again later: one load more than the Oracle's schedule, on the demo pool.)
 
 The delay of putting `deployment` on `device` until `busy_until_s`, for every other deployment
 `c` with pending units that is *constrained* relative to it (the GPU kinds `c` fits are a strict subset of those `deployment`

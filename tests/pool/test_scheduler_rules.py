@@ -87,6 +87,18 @@ def test_flexible_work_leaves_the_only_device_of_pending_constrained_demand() ->
     ]
 
 
+def test_coverage_decides_which_deployment_takes_a_scarce_device_first() -> None:
+    """The V100 is busy; the A100 is the only place for both eight ready 8B units and one ready
+    14B unit. The scarce-device term places copies; across deployments Eq. 12's coverage
+    decides: the 8B copy (8 units) takes the A100 first, 14B follows when it frees."""
+    busy = make_replica("v4", "Qwen3-4B", "V100-32GB:0",
+                        active=(ActiveRequest("q", 2000, 500, 0.0, 300.0),))  # fmt: skip
+    units = [make_unit(f"e{i}", "Qwen3-8B", f"r{i}") for i in range(8)]
+    units.append(make_unit("big", "Qwen3-14B", root="rb"))
+    d = JOINT.plan(make_pool_snapshot(_sized_pool(busy), units, {u.unit_id: R for u in units}))
+    assert [(x.deployment, x.device) for x in d.loads] == [("Qwen3-8B", "A100-40GB:0")]
+
+
 def test_a_granted_chain_keeps_its_kv_reservation_between_members() -> None:
     """Chain a -> b runs under one grant on m4; a is done, b not yet ready. The replica's pool
     holds b's context plus one more request: of two ready units only one is admitted, so b
