@@ -22,7 +22,8 @@ latencies, lifecycle actions and GPU-seconds per session (`pool.results`). The i
 `RootDag` and `ExecOptions`, live in `pool.inputs`.
 
 Ablations: `fusion=False` (every unit its own grant), `prefetch=False`, `coalesce=False`
-(per-workflow lifecycle: each root gets private copies of its deployments, so nothing is shared).
+(the paper's per-workflow lifecycle: each root's demand is weighed and provisioned on its own,
+while loaded replicas are still shared across workflows; `PlanOptions.coalesce`).
 Runs are deterministic: same inputs, same results.
 
 Examples:
@@ -36,7 +37,6 @@ Examples:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,7 +116,6 @@ class _PoolRun:
         self.by_root: dict[str, list[str]] = {}
         for wf in self.workflows:
             for u in wf.units:
-                u = dataclasses.replace(u, deployment=self._dep_name(u.deployment, wf.root_id))
                 if u.unit_id in self.ops or u.root_id != wf.root_id:
                     raise ConfigError(
                         f"unit {u.unit_id!r}: unit ids must be unique and its root_id must be "
@@ -130,6 +129,7 @@ class _PoolRun:
             options.aging_s,
             options.prefetch_slack_s,
             options.tie_s,
+            options.coalesce,
         )
         self.control = PoolController(self.pool, clock, self.deps, costs, plan_opts)
         units = [op.unit for op in self.ops.values()]
@@ -149,15 +149,7 @@ class _PoolRun:
 
     # -- setup -----------------------------------------------------------------------------
 
-    def _dep_name(self, name: str, root: str) -> str:
-        return name if self.opts.coalesce else f"{name}~{root}"
-
     def warm_up(self) -> None:
-        if self.opts.warm and not self.opts.coalesce:
-            raise ConfigError(
-                "warm replicas are shared by every root; per-workflow lifecycle "
-                "(coalesce=False) starts cold, so drop `warm` for that ablation"
-            )
         if not isinstance(self.clock, Kernel):
             raise ConfigError("a warm start needs the simulator's kernel; start the pool cold")
         self.control.warm(self.opts.warm)
@@ -355,14 +347,7 @@ def _deployments(
         if dep.name != n:
             raise ConfigError(f"deployments[{n!r}] is named {dep.name!r}; use the same name")
         base[n] = dep
-    if options.coalesce:
-        return base
-    out = {}
-    for wf in workflows:
-        for u in wf.units:
-            name = f"{u.deployment}~{wf.root_id}"
-            out[name] = dataclasses.replace(base[u.deployment], name=name)
-    return out
+    return base
 
 
 def run_pool(

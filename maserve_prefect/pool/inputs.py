@@ -53,7 +53,8 @@ class ExecOptions:
 
     Attributes:
         fusion / prefetch: passed to the plan (`PlanOptions`); ablations switch them off.
-        coalesce: False = per-workflow lifecycle (each root gets private deployment copies).
+        coalesce: False = per-workflow lifecycle (each root's demand weighed on its own; loaded
+            replicas still shared, as the paper's ablation).
         gpu_memory_utilization: vLLM's flag for the default deployments (module docstring).
         kv_cache_bytes: None = each default deployment's KV from `gpu_memory_utilization`;
             a size = co-location: that much pre-allocated KV per replica instead (also what the

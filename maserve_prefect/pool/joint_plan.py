@@ -202,11 +202,11 @@ class JointPlan:
         classes = sorted({it.head.priority for it in unmet})
         next_use = rd.snap.window.next_use_s
         pending = rd.snap.window.releases_s
-        demand = {dm.deployment: list(dm.items) for dm in coalesce(unmet)}
+        demand = _demand(unmet, rd.snap.options.coalesce)
         tie_s = rd.snap.options.tie_s
         while True:
             cands: list[_Candidate] = []
-            for d, items in sorted(demand.items()):
+            for (d, _), items in sorted(demand.items()):
                 slots = rd.supply_slots(d, items)
                 base = [t for t, _ in rd.drain(slots, items)]
                 if not rd.could_gain(d, items, base, tie_s):
@@ -260,10 +260,10 @@ class JointPlan:
         slack = rd.snap.options.prefetch_slack_s
         tie_s = rd.snap.options.tie_s
         next_use = rd.snap.window.next_use_s
-        groups = {dm.deployment: list(dm.items) for dm in coalesce(near)}
+        groups = _demand(near, rd.snap.options.coalesce)
         while True:
             best: tuple[tuple[object, ...], LifecycleOption, list[WorkItem]] | None = None
-            for d, items in sorted(groups.items()):
+            for (d, group), items in sorted(groups.items()):
                 release = min(it.release_s for it in items)
                 prio = min(it.head.priority for it in items)
                 copy = rd.has_copy(d)
@@ -293,14 +293,24 @@ class JointPlan:
                     done = max(t for t, g in placed if g == len(slots))
                     if _scarce(rd, opt, done) > 0.0:
                         continue
-                    key = (prio, release, opt.ready_s, opt.overhead_s, d, dev)
+                    key = (prio, release, opt.ready_s, opt.overhead_s, d, group, dev)
                     if best is None or key < best[0]:
                         best = (key, opt, items)
             if best is None:
                 return
-            _, opt, items = best
+            chosen, opt, items = best
             rd.take(opt, [u for it in items for u in it.unit_ids[:1]])
-            groups.pop(opt.deployment)
+            groups.pop((opt.deployment, str(chosen[5])))
+
+
+def _demand(items: list[WorkItem], pooled: bool) -> dict[tuple[str, str], list[WorkItem]]:
+    """Work items by (deployment, group): one group per deployment when demand is pooled across
+    workflows, else one per root (the per-workflow ablation, `PlanOptions.coalesce`)."""
+    out: dict[tuple[str, str], list[WorkItem]] = {}
+    for dm in coalesce(items):
+        for it in dm.items:
+            out.setdefault((dm.deployment, "" if pooled else it.head.root_id), []).append(it)
+    return out
 
 
 def _scarce(rd: Round, opt: LifecycleOption, busy_until_s: float) -> float:

@@ -37,6 +37,9 @@ class PlanOptions:
         aging_s: a waiting unit gains one priority class per `aging_s` seconds waited.
         prefetch_slack_s: prefetch once the release is within load time + this.
         tie_s: completions closer than this count as equal when ranking lifecycle options.
+        coalesce: lifecycle demand pooled across workflows (off: the paper's per-workflow
+            ablation — each root's demand is weighed and provisioned on its own, while every
+            loaded replica is still shared by all workflows).
     """
 
     fusion: bool = True
@@ -44,6 +47,7 @@ class PlanOptions:
     aging_s: float = 30.0
     prefetch_slack_s: float = 5.0
     tie_s: float = 2.0
+    coalesce: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -241,22 +241,20 @@ def run_pool_vllm(
         deployments: the planning deployment of each pool deployment name units use.
         plan: "joint", "pool-fcfs", "parrot", "kairos" or a plan instance.
         costs: the plan's predictions (default `RooflineCostModel` with the options' KV).
-        options: executor options; `warm` and per-workflow copies (`coalesce=False`) are
-            unsupported on a process pool.
+        options: executor options; `warm` is unsupported on a process pool.
         engine_kwargs: extra `OpenAIEngine` arguments for every replica.
         timeout_s: wall seconds before the run is abandoned with an error.
 
     Raises:
-        ConfigError: warm start, `coalesce=False`, a pool that already has replicas, or bad
+        ConfigError: warm start, a pool that already has replicas, or bad
             workflows / deployments.
         EngineError: a load or unload failed, a callback raised, or the run timed out.
         SimulationError: the plan broke a rule (as on the simulated pool).
     """
     opts = options or ExecOptions()
-    if opts.warm or not opts.coalesce:
+    if opts.warm:
         raise ConfigError(
-            "run_pool_vllm: warm starts and per-workflow copies (coalesce=False) are unsupported "
-            "on a process pool; start cold with shared deployments"
+            "run_pool_vllm: warm starts are unsupported on a process pool; start cold"
         )
     if pool.replicas():
         raise ConfigError("run_pool_vllm needs a fresh pool (no replica); it starts cold")

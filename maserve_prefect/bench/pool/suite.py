@@ -129,8 +129,7 @@ def run_pool_suite(
                 key = f"{pname}/{arm}/run{run}"
                 out.seconds[key] = time.perf_counter() - t3
                 out.runs.append(ArmRun.of(pname, arm, run, res))
-                if a.coalesce:  # per-workflow deployments are another schedule space
-                    seeds[arm] = res
+                seeds[arm] = res  # every arm's run is a schedule of the same deployments
                 done += 1
                 if progress is not None:
                     progress(done, total, key)
