@@ -2,7 +2,10 @@
 
 One idea: every figure comes from a held-out split — all rows of one device (or one model
 architecture) are the test set, the learned predictors are fitted on the remaining rows only, and
-each group takes its turn; the metrics pool every row's held-out prediction. Metrics:
+each group takes its turn; the metrics pool every row's held-out prediction. A third kind,
+`config`, is the paper's protocol (§4.4: a test set of held-out configurations): rows are dealt
+at random (seed 0) into `NUM_CONFIG_FOLDS` folds, so the model and device of a test row have
+usually been seen with other shapes. Metrics (the paper's, §4.4):
 
 - WAPE = Σ|pred − true| / Σ|true| per target (runtime, peak memory, load time);
 - ordering accuracy: over pairs of test rows with different true runtimes, the fraction the
@@ -10,6 +13,10 @@ each group takes its turn; the metrics pool every row's held-out prediction. Met
   choosing the shorter job needs;
 - window fit at the median: with the window at the true median runtime, the fraction of rows
   where "predicted ≤ window" equals "true ≤ window" — what a deadline check needs.
+
+As in the paper, the window is one number, the median measured runtime of all held-out rows
+(pooled over folds), and ordering compares pairs drawn from all held-out rows. The paper does not
+say how it treats ties; here equal truths are not a pair and a tied prediction is wrong.
 
 A target a row did not observe (NaN) is skipped for that target, and so is a prediction a
 predictor could not make (NaN: e.g. a learned target with no training rows in that fold).
@@ -35,6 +42,10 @@ from maserve_prefect.engines.catalog import get_gpu, get_model
 from maserve_prefect.errors import ConfigError
 
 SPLIT_KINDS = ("device", "model")
+"""The split kinds suites score (held-out groups)."""
+ALL_SPLIT_KINDS = (*SPLIT_KINDS, "config")
+"""Plus the paper's random held-out configurations (`benchmarks/predictor_eval.py`)."""
+NUM_CONFIG_FOLDS = 5
 _PAIR_BLOCK = 512
 
 
@@ -99,16 +110,29 @@ def _arch(model: str) -> tuple[Any, ...]:
 
 
 def group_keys(rows: Sequence[Row], kind: str) -> list[str]:
-    """Each row's group under a split kind: its device, or its model architecture's name
-    (the names of every model in `rows` sharing that architecture, joined by '+').
+    """Each row's group under a split kind: its device, its model architecture's name (the
+    names of every model in `rows` sharing that architecture, joined by '+'), or for `config`
+    a random fold ("fold k": a seed-0 permutation of the rows dealt round-robin).
 
     Raises:
         ConfigError: an unknown split kind.
+
+    Examples:
+        >>> from maserve_prefect.predictors.rows import NAN
+        >>> rows = [Row("Phi-2", "H100", b, 8, 8, 1.0, NAN, NAN, "x") for b in range(1, 11)]
+        >>> sorted(group_keys(rows, "config")).count("fold 0")
+        2
     """
+    if kind == "config":
+        order = np.random.default_rng(0).permutation(len(rows))
+        keys = [""] * len(rows)
+        for rank, i in enumerate(order):
+            keys[int(i)] = f"fold {rank % NUM_CONFIG_FOLDS}"
+        return keys
     if kind == "device":
         return [get_gpu(r.device).name for r in rows]
     if kind != "model":
-        raise ConfigError(f"unknown split kind {kind!r}; expected one of {SPLIT_KINDS}")
+        raise ConfigError(f"unknown split kind {kind!r}; expected one of {ALL_SPLIT_KINDS}")
     names: dict[tuple[Any, ...], set[str]] = defaultdict(set)
     for r in rows:
         names[_arch(r.model)].add(get_model(r.model).name)

@@ -5,7 +5,7 @@ library reaches it through `maserve_prefect.pool.costs.cost_model_source()`, cal
 `training_rows`, `training_scores` and `suite_cost_model`.
 
 One idea: a plan never runs a predictor. `predictor_cost_model(kind, ...)` asks the formula
-(roofline), scalar-GBDT or learned operator-graph predictor once for every bucket point of the
+(roofline), scalar-GBDT, learned operator-graph (LightGBM) or message-passing (`gnn`) predictor once for every bucket point of the
 pool's models and GPU kinds and returns the `BucketTable` (`predictors.tables`), which already
 answers the `CostModel` protocol by dict lookup. Buckets round a request up, so a looked-up
 runtime is that of a request at least as large; `bucket_grid` spaces them geometrically up to
@@ -43,7 +43,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from maserve_prefect.predictors import (
     Buckets,
@@ -55,6 +55,7 @@ from maserve_prefect.predictors import (
     Row,
 )
 from maserve_prefect.predictors.evaluate import SPLIT_KINDS, Factory, evaluate
+from maserve_prefect.predictors.gnn import GNNPredictor
 from maserve_prefect.predictors.learned import LightGBMPredictor
 from maserve_prefect.predictors.profiling import measured_rows, shape_grid, simulator_rows
 
@@ -64,10 +65,31 @@ from maserve_prefect.pool.costs import TrainingSpec
 from maserve_prefect.pool.recorded import POOL_MODELS
 from maserve_prefect.settings import Settings
 
-KINDS = ("formula", "gbdt", "graph")
-"""Predictor kinds a pool arm can use: roofline formula, scalar GBDT, learned graph."""
+KINDS = ("formula", "gbdt", "graph", "gnn")
+"""Predictor kinds a pool arm can use: roofline formula, scalar GBDT, learned graph (LightGBM
+over operator features), message passing over the operator graph."""
 
-_LEARNED: dict[str, type[LightGBMPredictor]] = {"gbdt": GBDTPredictor, "graph": GraphPredictor}
+Learned: TypeAlias = LightGBMPredictor | GNNPredictor
+_LEARNED: dict[str, type[LightGBMPredictor] | type[GNNPredictor]] = {
+    "gbdt": GBDTPredictor,
+    "graph": GraphPredictor,
+    "gnn": GNNPredictor,
+}
+
+
+def new_learned(kind: str, num_trees: int) -> Learned:
+    """A fresh, unfitted learned predictor of `kind` (`num_trees` is LightGBM's; the message-
+    passing network keeps its own defaults).
+
+    Raises:
+        ConfigError: `kind` is not a learned predictor.
+    """
+    cls = _LEARNED.get(kind)
+    if cls is None:
+        raise ConfigError(f"predictor {kind!r} is not learned; fit one of {sorted(_LEARNED)}")
+    if issubclass(cls, LightGBMPredictor):
+        return cls(num_trees=num_trees)
+    return cls()
 
 
 @dataclass(slots=True)
@@ -126,7 +148,7 @@ def predictor_cache_dir() -> Path:
 class CachedFit:
     """A learned predictor, where it is saved, and whether this call fitted it."""
 
-    predictor: LightGBMPredictor
+    predictor: Learned
     path: Path
     fitted: bool
     key: str
@@ -140,14 +162,11 @@ def fit_cached(
     Raises:
         ConfigError: `kind` is not a learned predictor, or no row observes any target.
     """
-    cls = _LEARNED.get(kind)
-    if cls is None:
-        raise ConfigError(f"predictor {kind!r} is not learned; fit one of {sorted(_LEARNED)}")
-    probe = cls(num_trees=num_trees)
+    probe = new_learned(kind, num_trees)
     key = _fit_key(kind, rows, num_trees)
     folder = (cache_dir or predictor_cache_dir()) / f"{kind}-{key}"
     if (folder / "meta.json").is_file():
-        return CachedFit(cls.load(folder), folder, False, key)
+        return CachedFit(_LEARNED[kind].load(folder), folder, False, key)
     probe.fit(rows)
     _save_atomically(folder, probe.save)
     return CachedFit(probe, folder, True, key)
@@ -200,9 +219,8 @@ def bucket_grid(
 
 
 def _fit_key(kind: str, rows: Sequence[Row], num_trees: int) -> str:
-    cls = _LEARNED[kind]
-    hyper = sorted(cls(num_trees=num_trees).hyper.items())
-    return rows_digest(rows, kind, cls.feature_names, hyper)
+    probe = new_learned(kind, num_trees)
+    return rows_digest(rows, kind, probe.feature_names, sorted(probe.hyper.items()))
 
 
 def predictor_cost_model(
@@ -219,7 +237,7 @@ def predictor_cost_model(
     """A `BucketTable` (a `CostModel`) of predictor `kind` for `models` on GPU kinds `devices`.
 
     Args:
-        kind: "formula", "gbdt" or "graph".
+        kind: one of `KINDS`.
         devices: GPU catalog names or device names ("V100-32GB:3" counts as V100-32GB).
         buckets: the grid (default `bucket_grid(8192, 2048)`).
         training: rows (or how to build them) for the learned kinds; ignored by the formula.
@@ -244,9 +262,7 @@ def predictor_cost_model(
     folder = cache_dir or predictor_cache_dir()
     if not cache:
         predictor: Predictor = (
-            FormulaPredictor()
-            if kind == "formula"
-            else _LEARNED[kind](num_trees=num_trees).fit(rows)
+            FormulaPredictor() if kind == "formula" else new_learned(kind, num_trees).fit(rows)
         )
         return BucketTable.build(predictor, list(models), gpus, grid)
     source = "formula" if kind == "formula" else f"{kind}-{_fit_key(kind, rows, num_trees)}"
@@ -274,6 +290,7 @@ PREDICTOR_LABELS = {
     "formula": "formula (roofline)",
     "gbdt": "scalar GBDT",
     "graph": "learned graph",
+    "gnn": "message passing (GNN)",
 }
 
 

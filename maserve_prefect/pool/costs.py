@@ -9,7 +9,7 @@ the predictors' held-out scores, and then for one `CostModel` per predictor kind
 Examples:
     >>> src = cost_model_source()
     >>> src.KINDS
-    ('formula', 'gbdt', 'graph')
+    ('formula', 'gbdt', 'graph', 'gnn')
 """
 
 from __future__ import annotations

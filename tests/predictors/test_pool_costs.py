@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from maserve_prefect.predictors import GraphPredictor, pool_costs
+from maserve_prefect.predictors import GNNPredictor, GraphPredictor, pool_costs
 from maserve_prefect.predictors.pool_costs import (
     TrainingRows,
     TrainingSpec,
@@ -90,6 +90,22 @@ def test_second_build_reuses_the_saved_fit(
     # other training rows are another key: fitted afresh
     other = fit_cached("graph", rows.all[:-1], 20, tmp_path)
     assert other.fitted and other.key != again.key and len(fits) == 2
+
+
+def test_gnn_table_is_built_from_a_saved_fit_that_loads_exactly(
+    rows: TrainingRows, tmp_path: Path
+) -> None:
+    first = predictor_cost_model(
+        "gnn", models=MODELS, devices=DEVICES, buckets=GRID, training=rows, cache_dir=tmp_path
+    )
+    for table in (tmp_path / "tables").iterdir():
+        table.unlink()
+    again = fit_cached("gnn", rows.all, 20, tmp_path)  # LightGBM's rounds do not enter the key
+    assert not again.fitted and isinstance(again.predictor, GNNPredictor)
+    second = predictor_cost_model(
+        "gnn", models=MODELS, devices=DEVICES, buckets=GRID, training=rows, cache_dir=tmp_path
+    )
+    assert first.entries == second.entries  # type: ignore[attr-defined]
 
 
 def test_bad_kinds_and_missing_training_are_config_errors(tmp_path: Path) -> None:

@@ -119,3 +119,13 @@ def test_score_skips_unobserved_targets_and_unpredicted_rows() -> None:
     assert s["runtime_s"]["wape"] == pytest.approx(1 / 6)
     assert s["peak_mem_bytes"] == {"num_rows": 0, "num_unpredicted": 1}
     assert s["load_s"]["num_rows"] == 0
+
+
+def test_config_split_deals_every_row_into_one_of_five_seeded_folds() -> None:
+    folds = splits(ROWS, "config")
+    assert [f.held_out for f in folds] == [f"fold {k}" for k in range(5)]
+    tested = [r for f in folds for r in f.test]
+    assert sorted(tested, key=repr) == sorted(ROWS, key=repr)  # each row tested exactly once
+    for f in folds:
+        assert len(f.train) + len(f.test) == len(ROWS) and not set(f.train) & set(f.test)
+    assert group_keys(ROWS, "config") == group_keys(list(ROWS), "config")

@@ -67,7 +67,7 @@ class ArmSpec(FrozenModel):
     """One arm: a registered pool plan, the predictor its costs come from, ablation switches."""
 
     plan: str
-    predictor: Literal["formula", "gbdt", "graph"] = "graph"
+    predictor: Literal["formula", "gbdt", "graph", "gnn"] = "graph"
     fusion: bool = True
     prefetch: bool = True
     coalesce: bool = True
