@@ -39,6 +39,7 @@ import numpy as np
 from maserve_prefect.predictors.base import TARGETS, Prediction, Shape, resolve
 from maserve_prefect.predictors.dataflow import CONTEXT_FEATURES, NODE_FEATURES, operator_graph
 from maserve_prefect.predictors.formula import FormulaPredictor
+from maserve_prefect.predictors.learned import saved_meta
 from maserve_prefect.predictors.mpnn import Graph, MessagePassingRegressor, MPNNConfig
 from maserve_prefect.predictors.rows import Row
 
@@ -175,16 +176,7 @@ class GNNPredictor:
         meta_path, weights = folder / META_FILE, folder / WEIGHTS_FILE
         if not meta_path.is_file() or not weights.is_file():
             raise ConfigError(f"{folder}: {META_FILE} or {WEIGHTS_FILE} missing; save() first")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("predictor") != cls.name:
-            raise ConfigError(
-                f"{meta_path}: saved by predictor {meta.get('predictor')!r}, not {cls.name!r}"
-            )
-        if tuple(meta.get("features", ())) != cls.feature_names:
-            raise ConfigError(
-                f"{meta_path}: saved with features {meta.get('features')}, this code computes "
-                f"{list(cls.feature_names)}; refit and save again"
-            )
+        meta = saved_meta(meta_path, cls.name, cls.feature_names)
         obj = cls(**meta["hyper"])
         with np.load(weights, allow_pickle=False) as data:
             arrays = {k: np.array(data[k]) for k in data.files}

@@ -31,6 +31,27 @@ from maserve_prefect.predictors.rows import Row
 from maserve_prefect.errors import ConfigError
 
 META_FILE = "meta.json"
+
+
+def saved_meta(meta_path: Path, name: str, feature_names: Sequence[str]) -> dict[str, Any]:
+    """A saved predictor's metadata, checked to be `name`'s with this code's feature list.
+
+    Raises:
+        ConfigError: another predictor's folder, or features that differ (refit and save).
+    """
+    meta: dict[str, Any] = json.loads(meta_path.read_text())
+    if meta.get("predictor") != name:
+        raise ConfigError(
+            f"{meta_path}: saved by predictor {meta.get('predictor')!r}, not {name!r}"
+        )
+    if tuple(meta.get("features", ())) != tuple(feature_names):
+        raise ConfigError(
+            f"{meta_path}: saved with features {meta.get('features')}, this code computes "
+            f"{list(feature_names)}; refit and save again"
+        )
+    return meta
+
+
 Item = tuple[str, Shape, str]  # (model, shape, device)
 
 
@@ -197,16 +218,7 @@ class LightGBMPredictor(ABC):
         meta_path = folder / META_FILE
         if not meta_path.is_file():
             raise ConfigError(f"{meta_path} not found; pass a folder written by save()")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("predictor") != cls.name:
-            raise ConfigError(
-                f"{meta_path}: saved by predictor {meta.get('predictor')!r}, not {cls.name!r}"
-            )
-        if tuple(meta.get("features", ())) != cls.feature_names:
-            raise ConfigError(
-                f"{meta_path}: saved with features {meta.get('features')}, this code computes "
-                f"{list(cls.feature_names)}; refit and save again"
-            )
+        meta = saved_meta(meta_path, cls.name, cls.feature_names)
         obj = cls(**meta["hyper"])
         for target in meta["targets"]:
             path = folder / f"{target}.txt"
