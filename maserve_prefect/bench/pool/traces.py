@@ -8,11 +8,13 @@ could change it, so every arm and every later suite run schedules exactly the sa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from maserve_prefect import prefect_server
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.settings import Settings
 from maserve_prefect.trace.model import SCHEMA_VERSION, Trace
@@ -35,8 +37,10 @@ def record_traces(
     A trace is realized with `run_native(workflow, users=users, seed=seed)` on the default pool
     and kept as JSON under `cache_dir` (default `trace_cache_dir()`), keyed by workflow, seed,
     users and a hash of the workflow's spec, the default pool file and the trace schema version;
-    later calls read the file (delete the folder after changing the simulator itself). Recording needs a Prefect
-    API (`prefect_server.ensure_server()` or a test harness); reading the cache does not.
+    later calls read the file (delete the folder after changing the simulator itself). Recording
+    needs a Prefect API: the configured one (`PREFECT_API_URL`, a test harness), else the
+    managed local server is started (`prefect_server.ensure_server`), so `maserve bench run
+    --no-prefect` records too; reading the cache needs none.
 
     Raises:
         ConfigError: a root of the native run failed (the work would be incomplete).
@@ -56,13 +60,17 @@ def record_traces(
         if path.is_file():
             out[name] = Trace.model_validate_json(path.read_text())
             continue
-        run = run_native(name, users=users, seed=seed)
+        with contextlib.ExitStack() as stack:
+            if prefect_server.configured_api_url() is None:
+                stack.enter_context(prefect_server.connected(prefect_server.ensure_server()))
+            run = run_native(name, users=users, seed=seed)
         failed = [r for r in run.roots if r.error is not None]
         if failed or len(run.roots) != users:
             first = failed[0].error if failed else "missing roots"
             raise ConfigError(
                 f"native run of {name} (seed {seed}, {users} users): {len(failed)} roots "
-                f"failed ({first}); fix the workflow before using it as pool work"
+                f"failed ({first}); fix the workflow (or, for a Prefect API error, the server "
+                f"at PREFECT_API_URL / `maserve server status`) before using it as pool work"
             )
         folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
