@@ -242,7 +242,9 @@ def lifecycle_option(
         protect_before_s: never reclaim a replica whose deployment is needed before this time
             (a prefetch must not evict something needed sooner than what it prefetches).
         allow_reclaim: only consider free memory.
-        victims: candidates in the order to reclaim them (default: `victim_order`).
+        victims: candidates in the order to reclaim them (default: `victim_order`); a replica of
+            `deployment` itself is never one (unloading a copy to load the same deployment on
+            the same device only churns).
         await_unloads: consider waiting for unloads under way (they end within one unload
             time, no later than a reclaim decided now) before reclaiming anything.
     """
@@ -276,6 +278,8 @@ def lifecycle_option(
             continue
         if v.device != device or v.name in skip or not state.reclaimable(v.name):
             continue
+        if v.deployment == deployment:
+            continue  # reclaiming a copy of what is loaded, to load it again, gains nothing
         taken.append(v)
         trial.release(device, now + v.unload_s, v.held_bytes, v.name)
         start = now + max(x.unload_s for x in taken)

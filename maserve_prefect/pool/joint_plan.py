@@ -42,7 +42,10 @@ window + predictions) that commits only what can start now, and every event repl
    A deployment with no copy is prefetched once its earliest predicted release is within load
    time + `prefetch_slack_s`; one with copies gets another (scale-out) only if, list-scheduled
    at their releases, some of its near-ready items complete more than `tie_s` sooner on it.
-   A prefetch never delays constrained demand (scarce delay must be nil), evicts only
+   A second copy is prefetched only into free memory (a speculative scale-out that evicted
+   redundant copies swapped them back and forth under Poisson arrivals: 40 loads and 28
+   unloads where 12 loads serve). A prefetch never delays constrained demand (scarce delay
+   must be nil), evicts only
    redundant copies and replicas predicted to be needed after the prefetched work plus their
    reload (`constructor.prefetch_victims`), and never memory a held load counts on. Ranked by
    priority, then release (timely first), then overhead.
@@ -278,6 +281,7 @@ class JointPlan:
                     opt = lifecycle_option(
                         rd.state, rd.ledger, d, dev, rd.costs, next_use, prefetch=True,
                         exclude=rd.exclude, protect_before_s=release, victims=victims,
+                        allow_reclaim=not copy,
                     )  # fmt: skip
                     if opt is None or release > opt.ready_s + slack:
                         continue

@@ -191,6 +191,15 @@ def test_no_option_when_only_leased_or_protected_replicas_hold_the_memory() -> N
     )
 
 
+def test_a_copy_is_never_reclaimed_to_load_its_own_deployment_again() -> None:
+    """Unloading a replica of X to load X on the same device only churns (it was the prefetch
+    loop the Poisson runs showed: unload 0.6B, load 0.6B, 1 s later)."""
+    s = make_pool(1, make_replica("old", "Qwen3-14B", last_used_s=1.0))
+    assert lifecycle_option(s, MemoryLedger(s), "Qwen3-14B", A100.name, COSTS, {}) is None
+    pre = lifecycle_option(s, MemoryLedger(s), "Qwen3-14B", A100.name, COSTS, {}, prefetch=True)
+    assert pre is None
+
+
 def test_a_prefetch_only_evicts_copies_and_replicas_needed_well_after_it() -> None:
     s = make_pool(
         1,
