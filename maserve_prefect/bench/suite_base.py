@@ -19,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -56,9 +57,9 @@ class SuiteBase(FrozenModel):
     schedule: Schedule | None = None
     base_dir: Path = Path(".")
 
+    @abstractmethod
     def scale_names(self) -> tuple[str, ...]:
-        """The scales this suite can run at (each kind says)."""
-        raise NotImplementedError
+        """The scales this suite can run at (each kind says; the base cannot be built)."""
 
     def check_scale(self, scale: str) -> None:
         """Raise ConfigError unless `scale` is one of `scale_names()`."""
