@@ -76,14 +76,10 @@ class VictimIndex:
 
     def stored(self, hashes: Iterable[int]) -> None:
         """`hashes` were stored or moved to the LRU's end, in that order."""
-        tick, stamp, protect = self._tick, self._stamp, self.protect
+        tick, stamp = self._tick, self._stamp
         for h in hashes:
-            s = stamp[h] = next(tick)
-            level, prio = protect(h)
-            if level == NONE:
-                heapq.heappush(self._loose, (s, h))
-            elif level != HARD:
-                heapq.heappush(self._soft, (prio, s, h))
+            stamp[h] = next(tick)
+            self._index(h, stamp[h])
         self._maybe_compact()
 
     def removed(self, hashes: Iterable[int]) -> None:
@@ -95,17 +91,21 @@ class VictimIndex:
 
     def repinned(self, hashes: Iterable[int]) -> None:
         """The pins of `hashes` changed: index them by their level and priority now."""
-        stamp, protect = self._stamp, self.protect
+        stamp = self._stamp
         for h in hashes:
             s = stamp.get(h)
-            if s is None:
-                continue
-            level, prio = protect(h)
-            if level == NONE:
-                heapq.heappush(self._loose, (s, h))
-            elif level != HARD:
-                heapq.heappush(self._soft, (prio, s, h))
+            if s is not None:
+                self._index(h, s)
         self._maybe_compact()
+
+    def _index(self, h: int, s: int) -> None:
+        """Index `h` (stamp `s`) by its pin level and priority now; a hard pin is never a
+        victim, so it is not indexed (stale entries are skipped when popped)."""
+        level, prio = self.protect(h)
+        if level == NONE:
+            heapq.heappush(self._loose, (s, h))
+        elif level != HARD:
+            heapq.heappush(self._soft, (prio, s, h))
 
     def evict(self, n: int) -> list[int]:
         """Take the `n` hashes the rule evicts first, in order, out of the index (fewer when
