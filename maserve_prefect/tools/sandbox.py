@@ -493,7 +493,7 @@ def _interpreter() -> str:
 
 def _ro_tree(path: str, covered: list[str]) -> list[str]:
     """bwrap arguments binding `path` read-only, its parents created world-traversable."""
-    if any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered):
+    if path == "/" or any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered):
         return []
     args: list[str] = []
     parts = Path(path).parts[1:-1]
@@ -526,6 +526,7 @@ def jail_argv(
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         argv += ["--unshare-user", "--disable-userns"]
+    argv += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     argv += ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         top = Path("/" + name)
@@ -541,7 +542,6 @@ def jail_argv(
         argv += _ro_tree(root, covered)
     for src, dest in binds:
         argv += ["--ro-bind", src, dest]
-    argv += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp", "--clearenv"]
     argv += ["--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
     argv += ["--setenv", "LANG", "C.UTF-8"]
@@ -559,10 +559,16 @@ def jail_problem(bwrap: str | None) -> str | None:
         return "bwrap not found on PATH"
     if not os.access(bwrap, os.X_OK):
         return f"{bwrap} is not an executable file"
-    argv = jail_argv(bwrap, [], as_root=os.geteuid() == 0, tmp_bytes=1 << 20)
+    as_root = os.geteuid() == 0
+    argv = jail_argv(bwrap, [], as_root=as_root, tmp_bytes=1 << 20)
+    uid = _UID_RANGE[0]
+    probe = "import json, resource"
+    if as_root:  # as the runs do: drop to an unprivileged uid, then read the stdlib
+        probe = f"import os; os.setgroups([]); os.setresgid(*[{uid}] * 3); "
+        probe += f"os.setresuid(*[{uid}] * 3); import json, resource"
     try:
         proc = subprocess.run(
-            [*argv, _interpreter(), "-I", "-c", "pass"],
+            [*argv, _interpreter(), "-I", "-c", probe],
             capture_output=True,
             timeout=20,
             stdin=subprocess.DEVNULL,
@@ -619,14 +625,25 @@ class _Tail:
         return ("…" + text if cut else text), cut
 
 
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether `proc` has exited, without reaping it (its pid and group id stay reserved)."""
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None and info.si_pid == proc.pid
+
+
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     # The process leads its own session (start_new_session); killing the group kills the
     # outer bwrap, whose death SIGKILLs the jail's init and with it the whole PID namespace.
-    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
-        try:
-            kill()
-        except (ProcessLookupError, PermissionError):
-            pass
+    # Only called before the process is reaped, so its group id cannot belong to anyone else.
+    if proc.returncode is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @dataclass(slots=True)
@@ -666,7 +683,7 @@ def _supervise(
     try:
         while sel.get_map():
             now = time.monotonic()
-            if report_done and judge_proc.poll() is not None and not killed:
+            if report_done and not killed and _exited(judge_proc):
                 kill_at = min(kill_at, now + _GRACE_S)
             if now >= kill_at and not killed:
                 killed, timed_out = True, not report_done
@@ -696,9 +713,8 @@ def _supervise(
                     tails[name].add(chunk)
     finally:
         sel.close()
-        if code_proc.poll() is None or judge_proc.poll() is None:
-            _kill(code_proc)
-            _kill(judge_proc)
+        for proc in (code_proc, judge_proc):  # leftovers in their groups too, then reap
+            _kill(proc)
         for proc in (code_proc, judge_proc):
             try:
                 proc.wait(timeout=10)

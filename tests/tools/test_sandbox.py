@@ -15,6 +15,7 @@ import sys
 import tracemalloc
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,17 @@ def test_values_exceptions_and_handles_cross_as_the_tests_expect() -> None:
     run = run_python_tests(code, tests)
     assert run.passed, (run.error, run.failures)
     assert (run.num_passed, run.num_failed) == (2, 0)
+
+
+def test_concurrent_runs_from_threads_keep_their_own_verdicts() -> None:
+    # Prefect runs tasks on threads: runs started together must not share pipes or verdicts.
+    def run(k: int) -> bool:
+        tests = f"assert add({k}, 1) == {k + 1}\n" if k % 2 else "assert add(1, 1) == 3\n"
+        return run_python_tests(ADD, tests).passed
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        verdicts = list(pool.map(run, range(6)))
+    assert verdicts == [False, True, False, True, False, True]
 
 
 def test_code_that_fails_to_load_is_a_failure_with_its_error() -> None:
