@@ -37,7 +37,8 @@ refused with `SandboxUnavailableError` unless the user opts in with `MASERVE_ALL
 (or `SandboxPolicy(allow_unsandboxed=True)`): the same two processes then run without any
 isolation (`isolation="none"`). `MASERVE_BWRAP` names another bwrap binary.
 
-Limits of the protocol: values cross between the processes as plain data, so tests may pass
+The tests see the code's top-level names except those that would shadow builtins (`len`,
+`sorted`...). Limits of the protocol: values cross between the processes as plain data, so tests may pass
 plain data (and handles the code returned) to the code, not their own functions or objects, and
 an argument the code mutates in place is not seen by the test.
 
@@ -273,12 +274,13 @@ def _main():
             if isinstance(cls, type) and issubclass(cls, Exception):
                 base = cls
                 break
-        if names[0] == base.__name__:
-            return base(text)
         key = (names[0], base)
         if key not in classes:
-            classes[key] = type(names[0], (base,), {})
-        return classes[key](text)
+            classes[key] = base if names[0] == base.__name__ else type(names[0], (base,), {})
+        try:
+            return classes[key](text)
+        except Exception:  # a builtin with a special constructor (UnicodeDecodeError...)
+            return RemoteError(f"{names[0]}: {text}")
 
     def outgoing(obj):
         if isinstance(obj, Remote):
@@ -346,6 +348,8 @@ def _main():
             if not isinstance(names, dict):
                 raise broken("the code under test sent a malformed reply")
             for name, value in names.items():
+                if hasattr(builtins, name):  # the tests always see the real builtins
+                    continue
                 if isinstance(value, dict) and set(value) == {"$m"}:
                     try:
                         ns[name] = importlib.import_module(str(value["$m"]))

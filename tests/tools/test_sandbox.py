@@ -173,6 +173,10 @@ def test_an_object_that_equals_everything_stays_in_the_code_process() -> None:
     )
     run = run_python_tests(code, "assert add(2, 3) == 5\n")
     assert not run.passed and "AssertionError" in run.error
+    # Nor can the code replace the builtins the tests use.
+    shadow = "def add(a, b):\n    return 0\ndef sorted(x):\n    return [1, 2]\n"
+    run = run_python_tests(shadow, "assert sorted([add(1, 1), 1]) == [1, 2]\n")
+    assert not run.passed and "AssertionError" in run.error
 
 
 def test_exit_before_answering_is_a_failure_even_if_the_tests_swallow_it() -> None:
