@@ -346,7 +346,10 @@ def _setsid_code(token: str, *, linger: bool) -> str:
 @pytest.mark.parametrize("linger", [True, False], ids=["code-sleeps", "code-returns"])
 def test_setsid_child_holding_stdout_dies_with_the_jail(linger: bool) -> None:
     token = f"maserve-setsid-{uuid.uuid4().hex}"
-    run = run_python_tests(_setsid_code(token, linger=linger), "assert False\n", 3, policy=JAILED)
+    limit_s = 5 if linger else 30  # generous where the code returns: a slow start is no timeout
+    run = run_python_tests(
+        _setsid_code(token, linger=linger), "assert False\n", limit_s, policy=JAILED
+    )
     assert "started" in run.stdout  # the child was started
     assert not run.passed and run.timed_out is linger
     assert _pids_running(token) == []
@@ -355,7 +358,7 @@ def test_setsid_child_holding_stdout_dies_with_the_jail(linger: bool) -> None:
 def test_setsid_child_survives_when_unjailed_control() -> None:
     # Control arm: without the jail the same child outlives the run, so the check above can fail.
     token = f"maserve-setsid-{uuid.uuid4().hex}"
-    run = run_python_tests(_setsid_code(token, linger=False), "assert False\n", 3, policy=UNJAILED)
+    run = run_python_tests(_setsid_code(token, linger=False), "assert False\n", 30, policy=UNJAILED)
     survivors = _pids_running(token)
     for pid in survivors:  # the child this test started, by its pid
         os.kill(pid, signal.SIGKILL)
