@@ -83,6 +83,11 @@ def spec_from_hf_config(
             f"{where}: model_type {model_type!r} is not supported; supported: "
             f"{', '.join(supported_model_types())}"
         )
+    if cfg.get("quantization_config"):
+        raise ConfigError(
+            f"{where}: quantized checkpoints are not modelled (weights and GEMMs are 16-bit); "
+            "use the unquantized model's config.json"
+        )
     if "text_config" in cfg:
         raise ConfigError(f"{where}: multimodal configs (text_config) are not supported")
     hidden = _int(cfg, "hidden_size", where)
