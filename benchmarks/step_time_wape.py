@@ -28,8 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from maserve_prefect.engines.catalog.devices import shipped_fit_path
-from maserve_prefect.engines.catalog.devices import get_gpu
+from maserve_prefect.engines.catalog.devices import get_gpu, shipped_fit_path
 from maserve_prefect.engines.catalog.gpus import GpuSpec
 from maserve_prefect.engines.sim.cost.calibrate import (
     WapeTable,

@@ -116,8 +116,9 @@ def device_calibrate(
     base_gpu: Annotated[
         str | None,
         typer.Option(
-            "--base-gpu", help="Known device whose datasheet the factors are relative to "
-            "(default: NAME itself, built-in or added with `device add`)."
+            "--base-gpu",
+            help="Known device whose datasheet the factors are relative to "
+            "(default: NAME itself, built-in or added with `device add`).",
         ),
     ] = None,
     out: Annotated[

@@ -46,8 +46,8 @@ class ModelSpec:
         >>> round(spec.weight_bytes / 1e9, 1)
         16.4
         >>> moe = get_model("Qwen3-30B-A3B")
-        >>> round(moe.weight_bytes / 1e9, 1), round(moe.active_params / 1e9, 1)
-        (61.1, 3.3)
+        >>> round(moe.weight_bytes / 1e9, 1), round(moe.active_params / 1e9, 2)
+        (61.1, 3.35)
     """
 
     name: str
