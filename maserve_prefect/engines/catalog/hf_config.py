@@ -4,8 +4,9 @@ One idea: each supported `model_type` differs from the Llama layout in a few kno
 bias, QK-norm, tied embeddings, a non-gated MLP, experts), listed in `_FAMILIES`; everything else
 is read from the standard config keys. A key that is missing or not a positive integer is a
 one-line `ConfigError` naming the file and the key. Layouts the step model does not cover
-(shared experts, models mixing dense and MoE layers, sliding-window-only KV savings) are refused
-or noted, never guessed.
+(shared experts, models mixing dense and MoE layers, quantized weights) are refused, never
+guessed. A sliding window (Mistral, Gemma 2) is ignored: every layer is charged the full KV
+cache, an upper bound on memory and attention time.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ def supported_model_types() -> list[str]:
 
 
 def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
-    raw = cfg.get(key, default)
+    raw = cfg.get(key)
+    if raw is None:  # absent or null (as some configs write head_dim)
+        raw = default
     if raw is None:
         raise ConfigError(f"{where}: missing {key!r}")
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:

@@ -108,6 +108,8 @@ def test_model_add_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     spec = get_model("ORG/my-moe")
     assert spec == spec_from_hf_config(QWEN3_30B_A3B, "my-moe", "x", ("org/my-moe",))
     assert "my-moe" in list_models()
+    listed = runner.invoke(app, ["sim", "model", "list"])
+    assert listed.exit_code == 0 and "my-moe" in listed.output and "8/128" in listed.output
     assert make_step_model("my-moe", "B200").decode_affine(4).num_seqs == 4
     again = runner.invoke(app, ["sim", "model", "add", str(cfg), "--name", "my-moe"])
     assert again.exit_code == 1 and "--force" in again.output
@@ -123,6 +125,7 @@ def test_model_add_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ({**QWEN3_30B_A3B, "mlp_only_layers": [0]}, "mixed dense / MoE layers"),
         ({**MIXTRAL_8X7B, "quantization_config": {"quant_method": "awq"}}, "quantized"),
         ({k: v for k, v in MIXTRAL_8X7B.items() if k != "hidden_size"}, "missing 'hidden_size'"),
+        ({**MIXTRAL_8X7B, "hidden_size": 4095, "head_dim": None}, "missing 'head_dim'"),
     ],
 )
 def test_model_add_errors_are_one_line(
@@ -166,3 +169,13 @@ def test_shipped_model_file_parses_as_json_configs() -> None:
     for entry in yaml.safe_load(models_path().read_text()):
         assert json.loads(json.dumps(entry["config"])) == entry["config"]
         assert entry["source"]
+
+
+def test_null_keys_take_their_defaults() -> None:
+    # phi-2's config.json writes num_key_value_heads: null (MHA); head_dim may be null too
+    phi = {"model_type": "phi", "hidden_size": 2560, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None,
+           "intermediate_size": 10240, "vocab_size": 51200, "max_position_embeddings": 2048,
+           "tie_word_embeddings": False}  # fmt: skip
+    spec = spec_from_hf_config(phi, "Phi-2", "config.json", ("microsoft/phi-2",))
+    assert spec == get_model("Phi-2")
