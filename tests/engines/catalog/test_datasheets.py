@@ -149,9 +149,9 @@ def test_calibrate_unknown_base_is_one_line(tmp_path: Path, shared_data: Path) -
     assert "maserve sim device add" in result.output
 
 
-def _benchmark() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "step_time_wape.py"
-    spec = importlib.util.spec_from_file_location("step_time_wape", path)
+def _benchmark(name: str = "step_time_wape") -> ModuleType:
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -172,3 +172,21 @@ def test_benchmark_unknown_device_is_one_line(
     err = capsys.readouterr().err
     assert "profiles name device 'zz9000', which is not in the catalog" in err
     assert "maserve sim device add" in err and "Traceback" not in err
+
+
+def test_predictor_eval_unknown_device_is_one_line(
+    shared_data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    profiles = _profiles_of(shared_data, tmp_path, "zz9000")
+    out = tmp_path / "figures.json"
+    monkeypatch.setattr("sys.argv", ["predictor_eval.py", "--profiles", str(profiles),
+                                     "--out", str(out)])  # fmt: skip
+    with pytest.raises(SystemExit) as done:
+        _benchmark("predictor_eval").main()
+    assert done.value.code == 1
+    err = capsys.readouterr().err
+    assert "device 'zz9000' not in the catalog" in err and "maserve sim device add" in err
+    assert "Traceback" not in err and not out.exists()
