@@ -35,6 +35,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from maserve_prefect.cli.interrupt import EXIT_INTERRUPTED, exit_now, interruptible
 from maserve_prefect.engines.target import EngineTarget
 from maserve_prefect.engines.target import parse_engine as parse_target
 from maserve_prefect.errors import ConfigError, MaserveError
@@ -42,6 +43,7 @@ from maserve_prefect.errors import ConfigError, MaserveError
 if TYPE_CHECKING:
     from maserve_prefect.taskrunner.native import NativeRun
     from maserve_prefect.trace.ledger import Ledger
+    from maserve_prefect.trace.model import OpRecord, Trace
 
 # Seconds `maserve run` waits for Prefect to record every task run the ledger holds.
 DEFAULT_WAIT_S = 120.0
@@ -92,8 +94,8 @@ def _quiet_prefect(verbose: bool) -> Iterator[None]:
     """Prefect logs every flow and task run at INFO; keep the console for the summary."""
     logger = logging.getLogger("prefect")
     old = logger.level
-    if not verbose:
-        logger.setLevel(logging.WARNING)
+    if not verbose:  # a failed op is reported once, by the summary, never as Prefect tracebacks
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
@@ -139,6 +141,7 @@ def run_cmd(
 ) -> None:
     """Realize N roots of a workflow, write the trace bundle and print a summary."""
     from maserve_prefect import prefect_server
+    from maserve_prefect.cli.run_cancel import record_cancelled
     from maserve_prefect.engines.poolfile import load_pool_file
     from maserve_prefect.spec.binding import get_binding
     from maserve_prefect.taskrunner.native import get_workflow, list_workflows, run_native
@@ -168,20 +171,62 @@ def run_cmd(
             server = prefect_server.ensure_server()
         with open_ledger(ledger_url) as ledger, prefect_server.connected(server):
             tid = trace_id or unique_trace_id(ledger, f"{wf.name}-{b.binding_id}-s{seed}-u{users}")
-            with console.status(f"running {users} root(s) of {wf.name}…"), _quiet_prefect(verbose):
+            with (
+                interruptible() as stop,
+                console.status(f"running {users} root(s) of {wf.name}…"),
+                _quiet_prefect(verbose),
+            ):
                 run = run_native(
                     wf, b, users=users, seed=seed, pool=pool_file, ledger=ledger,
                     arrival_rate=arrival_rate, trace_id=tid, engine=target,
-                    content_source=content,
+                    content_source=content, cancel=stop,
                 )  # fmt: skip
-            failed = any(r.error for r in run.roots)
+                if run.cancelled:  # Ctrl-C: a second one still exits at once
+                    report = record_cancelled(
+                        ledger, tid, dest, force=force, flow_run_ids=run.flow_run_ids
+                    )
+                    Console(stderr=True).print(report.line(), highlight=False, soft_wrap=True)
+                    exit_now(EXIT_INTERRUPTED)
+            failed_op = first_failed_op(run.trace)
+            failed = failed_op is not None or any(r.error for r in run.roots)
             ledger.finish_run(tid, RunStatus.FAILED if failed else RunStatus.COMPLETED)
             written = export_bundle(ledger.load_trace(tid), ledger.cas, dest, overwrite=force)
-            console.print(f"trace {tid} → {written}  (Prefect API {server.url})", highlight=False)
+            partial = " (partial: ops failed)" if failed else ""
+            console.print(
+                f"trace {tid} → {written}{partial}  (Prefect API {server.url})", highlight=False
+            )
             print_summary(console, run)
+            if failed_op is not None:
+                print_failure(run.trace, failed_op)
             _await_prefect(console, ledger, tid, wait)
     except MaserveError as exc:
         fail(str(exc))
+
+
+def first_failed_op(trace: Trace) -> OpRecord | None:
+    """The failed op that ended first (its last attempt), or None when none failed."""
+    from maserve_prefect.trace.model import OpStatus
+
+    latest = trace.op_index()
+    failed = [op for op in latest.values() if op.status is OpStatus.FAILED]
+    if not failed:
+        return None
+    return min(failed, key=lambda op: (op.times.completed_s or 0.0, op.op_id))
+
+
+def print_failure(trace: Trace, op: OpRecord) -> None:
+    """One red line: how many ops failed or never started, and the first failure's error."""
+    from maserve_prefect.trace.model import OpStatus
+
+    latest = trace.op_index().values()
+    num_failed = sum(1 for o in latest if o.status is OpStatus.FAILED)
+    num_skipped = sum(1 for o in latest if o.status is OpStatus.SKIPPED)
+    Console(stderr=True).print(
+        f"[bold red]error:[/] {num_failed} op(s) failed and {num_skipped} never started; the "
+        f"first failure: op {op.op_id} (attempt {op.attempt}): {op.error or 'no error recorded'}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _await_prefect(console: Console, ledger: Ledger, trace_id: str, wait_s: float) -> None:
@@ -230,6 +275,7 @@ def print_summary(console: Console, run: NativeRun) -> None:
     """Roots, ops by kind, tokens, root latency percentiles, graph shape and task quality."""
     from maserve_prefect.metrics.graph import trace_graph_summary
     from maserve_prefect.spec.binding import summarize_quality
+    from maserve_prefect.trace.model import OpStatus
 
     trace = run.trace
     done = [r for r in run.roots if r.error is None]
@@ -267,5 +313,9 @@ def print_summary(console: Console, run: NativeRun) -> None:
             "[dim]note: simulator answers are synthetic text, so task quality is not "
             "meaningful here[/]"
         )
+    latest = trace.op_index().values()
     for r in [r for r in run.roots if r.error][:SHOWN_ERRORS]:
-        console.print(f"[red]root {r.root_id} failed:[/] {r.error}", highlight=False)
+        # The root's own failed op says why; Prefect's flow-level error only says "not ready".
+        ops = [o for o in latest if o.root_id == r.root_id and o.status is OpStatus.FAILED]
+        why = f"op {ops[0].op_id}: {ops[0].error}" if ops else r.error
+        console.print(f"[red]root {r.root_id} failed:[/] {why}", highlight=False)
