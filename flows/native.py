@@ -31,7 +31,7 @@ from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.engines.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.engines.target import EngineTarget, parse_engine
-from maserve_prefect.errors import ConfigError, UnsupportedError
+from maserve_prefect.errors import ConfigError, MaserveError, UnsupportedError
 from maserve_prefect.pool.dispatch import needs_pool, sim_pool_dispatcher
 from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.spec.binding import Quality, TaskBinding
@@ -56,7 +56,7 @@ class _RunConfig:
 _CONFIGS: dict[str, _RunConfig] = {}
 
 # Seconds a cancelled run waits for its roots to end (an op in a tool cannot be interrupted).
-CANCEL_GRACE_S = 3.0
+CANCEL_GRACE_S = 2.0
 # Seconds between checks of the cancel event while the roots run.
 JOIN_POLL_S = 0.1
 
@@ -316,7 +316,10 @@ def _join_roots(
     if not stop.is_set():
         return
     harness.cancel()
-    close_engine()  # in-flight engine calls end now (their ops are recorded incomplete)
+    try:
+        close_engine()  # in-flight engine calls end now (their ops are recorded incomplete)
+    except MaserveError:
+        pass  # a callback's earlier error; the run is being cancelled anyway
     deadline = time.monotonic() + grace_s
     for th in threads:
         th.join(max(0.0, deadline - time.monotonic()))
