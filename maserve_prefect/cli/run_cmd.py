@@ -149,6 +149,7 @@ def run_cmd(
     from maserve_prefect.trace.runs import RunStatus
 
     console = Console()
+    stage = "before the run started; nothing was recorded"  # what a Ctrl-C now leaves behind
     try:
         if list_:
             for name in list_workflows():
@@ -190,7 +191,12 @@ def run_cmd(
             failed_op = first_failed_op(run.trace)
             failed = failed_op is not None or any(r.error for r in run.roots)
             ledger.finish_run(tid, RunStatus.FAILED if failed else RunStatus.COMPLETED)
+            stage = (
+                f"after run {tid} was recorded; write its bundle with "
+                f"`maserve trace export --run {tid} --ledger-only`"
+            )
             written = export_bundle(ledger.load_trace(tid), ledger.cas, dest, overwrite=force)
+            stage = f"while waiting for Prefect; run {tid} and its bundle {written} are complete"
             partial = " (partial: ops failed)" if failed else ""
             console.print(
                 f"trace {tid} → {written}{partial}  (Prefect API {server.url})", highlight=False
@@ -201,6 +207,33 @@ def run_cmd(
             _await_prefect(console, ledger, tid, wait)
     except MaserveError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:  # outside the run itself (there Ctrl-C cancels, see above)
+        _interrupted(stage)
+    except Exception as exc:
+        if not caused_by_interrupt(exc):
+            raise
+        _interrupted(stage)
+
+
+def _interrupted(stage: str) -> NoReturn:
+    Console(stderr=True).print(f"interrupted {stage}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=EXIT_INTERRUPTED)
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` wraps a Ctrl-C (a library that catches every exception, e.g. pydantic's
+    serializer, re-raises `KeyboardInterrupt` as its own error)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        # pydantic-core's serializer keeps only the text of what its callback raised
+        if type(cur).__name__ == "PydanticSerializationError" and "KeyboardInterrupt" in str(cur):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def first_failed_op(trace: Trace) -> OpRecord | None:
