@@ -10,8 +10,15 @@ so a command that exited at once would leave its history incomplete.
 
 Exit codes: 0 success; 1 bad input or a failed step (one red line); 2 an engine that is not
 supported yet; 3 Prefect's history does not match the ledger (timeout or missing task runs —
-the bundle and the ledger are still complete). A Prefect/ledger *edge* difference is printed as
-a warning (see `trace.prefect_export`: Prefect also links parameters by object identity).
+the bundle and the ledger are still complete); 130 interrupted (Ctrl-C). A Prefect/ledger *edge*
+difference is printed as a warning (see `trace.prefect_export`: Prefect also links parameters by
+object identity).
+
+Ctrl-C: during the run the first one cancels it (`cli.interrupt`, `cli.run_cancel`: the run and
+its Prefect flow runs are marked cancelled, the bundle of what finished is written, one line says
+what was kept) and a second one exits at once; at any other moment one line says what the
+interruption left behind. A run with failed ops still writes its bundle (marked partial) and
+names the first failed op and its error.
 
 Trace ids: `<workflow>-<binding>-s<seed>-u<users>`, with `-2`, `-3`, … appended when the ledger
 already holds that id, unless `--trace-id` is given.
