@@ -364,7 +364,7 @@ class Harness:
         op.failed_attempts = [
             (a.start_s, a.end_s, a.error or "failed") for a in outcome.attempts[:-1]
         ]
-        if outcome.attempts:  # the recorded (last) attempt was sent when the last try started
+        if len(outcome.attempts) > 1:  # retried: the recorded (last) attempt went out last
             op.submitted_s = outcome.attempts[-1].start_s
         if outcome.status is not OutcomeStatus.COMPLETED:
             # Completed only when the engine's outcome completed, whatever the op does next.
