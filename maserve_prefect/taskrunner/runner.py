@@ -22,9 +22,13 @@ What it does differently from Prefect's ThreadPoolTaskRunner:
   ready / submitted / completed times come from the harness clock (a non-model op is submitted
   when its body starts on a worker or goes to the inner runner, a model op when the dispatcher
   hands it to a replica); each finished op is appended to the ledger synchronously, linked to
-  its Prefect task run. Task runs are named by op id (on a shallow copy of the task:
-  `Task.with_options` re-reads the function's source per call and was most of the runner's
-  per-op cost) and carry no tags.
+  its Prefect task run. An op is recorded `completed` only when its task run completed and its
+  engine outcome did; one Prefect never started (NotReady: a predecessor failed) is `skipped`,
+  naming that predecessor, with no submission time. Once the harness is cancelled
+  (`Harness.cancel`, Ctrl-C on `maserve run`) no further op starts (each is recorded `skipped`)
+  and an op that fails from then on is recorded `incomplete`. Task runs are named by op id (on
+  a shallow copy of the task: `Task.with_options` re-reads the function's source per call and
+  was most of the runner's per-op cost) and carry no tags.
 - **Virtual time in lockstep.** Under a `VirtualGate`, the flow thread and each running op are
   gate participants: a future's `wait`/`result` blocks through the gate, so virtual time advances
   only when everything started is finished or waiting on the clock.
