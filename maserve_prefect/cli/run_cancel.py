@@ -86,13 +86,13 @@ def cancel_in_prefect(flow_run_ids: Sequence[str], *, timeout_s: float) -> bool:
         from maserve_prefect.trace.prefect_export import read_task_runs
 
         with get_client(sync_client=True) as client:
+            for fid in flow_run_ids:  # the flow runs first: what the Prefect UI lists
+                client.set_flow_run_state(UUID(fid), Cancelled(message=CANCEL_MESSAGE), force=True)
             for tr in read_task_runs(flow_run_ids, client).values():
                 if not tr.is_final:
                     client.set_task_run_state(
                         UUID(tr.task_run_id), Cancelled(message=CANCEL_MESSAGE), force=True
                     )
-            for fid in flow_run_ids:
-                client.set_flow_run_state(UUID(fid), Cancelled(message=CANCEL_MESSAGE), force=True)
         done.set()
 
     if not flow_run_ids:
