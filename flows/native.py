@@ -6,6 +6,12 @@ with `MAServeTaskRunner` — each on its own thread counted by the gate. Roots a
 (after the pool has loaded) unless an inter-arrival rate is given. Every root's final artifact is
 evaluated by the binding; on the simulator answers are synthetic text, so quality is reported but
 flagged as not meaningful.
+
+Cancelling (`cancel=` event, set by `maserve run`'s Ctrl-C handler): the main thread polls it
+while the roots run; once set, no further root arrives, the harness is cancelled (no further op
+starts), the engine is closed (in-flight calls end) and the roots get `CANCEL_GRACE_S` to unwind
+before the run returns what was recorded. Root threads are daemons, so one stuck in a tool does
+not hold the process.
 """
 
 from __future__ import annotations
