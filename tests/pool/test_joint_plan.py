@@ -184,17 +184,19 @@ def test_no_prefetch_while_ready_work_is_blocked() -> None:
 
 def _second_copy_case(v100_holds_idle_14b: bool) -> Decisions:
     """a (8B) runs on m8 and releases in 10 s; thirty 8B successors need more KV than m8 has.
-    The A100 has no room for a second 8B copy (m8 and an idle 4B copy fill it)."""
+    Neither A100 has room for a second 8B copy (m8 and an idle 4B copy fill one, an idle 14B
+    copy the other)."""
     a = make_unit("a", "Qwen3-8B", n_out=4000, succs=[f"b{i}" for i in range(30)])
     bs = [make_unit(f"b{i}", "Qwen3-8B", preds=["a"], n_in=3000, n_out=1000) for i in range(30)]
     running = ActiveRequest("a", 200, 4000, 0.0, 90.0)
     reps = [
         make_replica("m8", "Qwen3-8B", "A100-40GB:0", active=(running,)),
         make_replica("x4", "Qwen3-4B", "A100-40GB:0"),
+        make_replica("y14", "Qwen3-14B", "A100-40GB:1"),
     ]
-    if v100_holds_idle_14b:  # idle, and no work in the window needs it
+    if v100_holds_idle_14b:  # a redundant copy (y14 is another), idle: a safe victim
         reps.append(make_replica("x14", "Qwen3-14B", "V100-32GB:0"))
-    state = make_pool(["A100-40GB:0", "V100-32GB:0"], *reps, now=80.0)
+    state = make_pool(["A100-40GB:0", "A100-40GB:1", "V100-32GB:0"], *reps, now=80.0)
     status = {"a": RUN, **{b.unit_id: P for b in bs}}
     started = {"a": 80.0 - best_runtime(a) + 10.0}
     return JOINT.plan(make_pool_snapshot(state, [a, *bs], status, started=started))
@@ -206,8 +208,9 @@ def test_a_second_copy_is_prefetched_only_into_free_memory() -> None:
         ("Qwen3-8B", "V100-32GB:0", True, ())
     ]
     assert len(free.loads[0].units) == 30
-    # the same demand, but the only room is an idle replica of another model: a speculative
-    # second copy never reclaims (under Poisson that swapped copies back and forth)
+    # the same demand, but the only room is an idle redundant copy of another model, which a
+    # first copy's prefetch could reclaim: a speculative second copy never reclaims (under
+    # Poisson that swapped copies back and forth)
     held = _second_copy_case(v100_holds_idle_14b=True)
     assert held.loads == () and held.unloads == ()
 
