@@ -299,22 +299,24 @@ def _factories(num_trees: int) -> dict[str, Factory]:
         PREDICTOR_LABELS["formula"]: FormulaPredictor,
         PREDICTOR_LABELS["gbdt"]: lambda: GBDTPredictor(num_trees=num_trees),
         PREDICTOR_LABELS["graph"]: lambda: GraphPredictor(num_trees=num_trees),
+        PREDICTOR_LABELS["gnn"]: GNNPredictor,
     }
 
 
 def predictor_scores(
     rows: Sequence[Row], num_trees: int, cache_dir: Path | None = None
 ) -> list[dict[str, Any]]:
-    """Held-out runtime scores of the three predictors on `rows` (`predictors.evaluate`, the
+    """Held-out runtime scores of the four predictors on `rows` (`predictors.evaluate`, the
     functions behind `benchmarks/predictor_eval.py`): one row per split kind and predictor with
     WAPE, pairwise ordering accuracy and window fit at the median. Cached like fits.
     """
-    key = rows_digest(rows, "scores", num_trees, SPLIT_KINDS)
+    factories = _factories(num_trees)
+    key = rows_digest(rows, "scores", num_trees, SPLIT_KINDS, sorted(factories))
     path = (cache_dir or predictor_cache_dir()) / "scores" / f"{key}.json"
     if path.is_file():
         out: list[dict[str, Any]] = json.loads(path.read_text())
         return out
-    report = evaluate(_factories(num_trees), list(rows))
+    report = evaluate(factories, list(rows))
     out = []
     for split in SPLIT_KINDS:
         for name, scores in report[split].items():
