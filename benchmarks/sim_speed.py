@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/sim_speed.py [--trace PATH] [--replicas N] [--copies 1 2 4]
+        [--prompt-scale K]
 
 Replays the trace on H100s serving Qwen3-8B (one replica per GPU) as 1x, 2x and 4x copies
 concatenated in time (copy j shifted by j * span and its prefix-hash ids offset so copies share
@@ -13,7 +14,14 @@ Per run it prints events (arrivals + step records), simulated span, wall and CPU
 replay, simulated-s per wall-s and per CPU-s, and CPU time relative to 1x (linear cost: ~2 and
 ~4). CPU time (`time.process_time`) is the steadier figure on a shared machine: other jobs stretch
 wall time but not this process's CPU time. A 1x run with fast-forward off gives the baseline
-ratio. The goal line is >= 1000 simulated s per CPU s (the 1x run's figure).
+ratio. The goal line is >= 1000 simulated s per CPU s (the 1x run's figure). The table's title
+names the trace file (and the prompt scale), and a "CPU ms / req" column shows the per-request
+cost, which should not grow with prompt length.
+
+`--prompt-scale K` (an integer >= 1) replays a synthetic trace with the same arrivals and output
+lengths but K times longer prompts: every prefix block id h becomes the K ids K*h .. K*h+K-1, so
+what two prompts shared before they share K times as many tokens of now (the reuse fraction stays
+the same), and the prompt keeps the import's block-count rule.
 """
 
 from __future__ import annotations
@@ -75,6 +83,29 @@ def copies(trace: Trace, n: int) -> Trace:
     )
 
 
+def scale_prompts(trace: Trace, k: int) -> Trace:
+    """`trace` with every prompt `k` times longer and its prefix blocks split `k` ways (module
+    docstring): same arrivals, outputs and sharing structure."""
+    if k == 1:
+        return trace
+    ops = []
+    for op in trace.ops:
+        n = op.num_input_tokens * k
+        hashes = op.prefix_block_hashes
+        if hashes and op.block_size:
+            split = [h * k + i for h in hashes for i in range(k)]
+            hashes = tuple(split[: -(-n // op.block_size)])
+        ops.append(op.model_copy(update={"num_input_tokens": n, "prefix_block_hashes": hashes}))
+    return Trace.model_construct(
+        manifest=trace.manifest,
+        roots=trace.roots,
+        stages=trace.stages,
+        sessions=trace.sessions,
+        ops=ops,
+        samples=[],
+    )
+
+
 def run(
     trace: Trace, replicas: int, fast_forward: bool = True, pools: list[SimPool] | None = None
 ) -> tuple[ReplayResult, float, float]:
@@ -102,9 +133,16 @@ def main() -> None:
     ap.add_argument("--copies", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--sweep", type=int, nargs="+", default=[4, 6, 8, 10])
     ap.add_argument("--ttft-p99", type=float, default=5.0, help="p99 TTFT target (s) for N")
+    ap.add_argument(
+        "--prompt-scale", type=int, default=1, help="replay K-times longer prompts (synthetic)"
+    )
     args = ap.parse_args()
-    console = Console(width=120)
-    base = import_mooncake(args.trace).trace
+    if args.prompt_scale < 1:
+        ap.error(f"--prompt-scale must be an integer >= 1, got {args.prompt_scale}")
+    console = Console(width=140)
+    base = scale_prompts(import_mooncake(args.trace).trace, args.prompt_scale)
+    name = args.trace.name + (f", prompts x{args.prompt_scale}" if args.prompt_scale > 1 else "")
+    mean_prompt = sum(op.num_input_tokens for op in base.ops) / max(len(base.ops), 1)
     n = args.replicas
     if not n:
         sweep = Table(title="replica sweep on 1x (p99 TTFT)")
@@ -119,9 +157,9 @@ def main() -> None:
         ok = [r for r in args.sweep if p99[r] <= args.ttft_p99]
         n = min(ok) if ok else max(args.sweep)
         console.print(f"picked {n} replicas (p99 TTFT {p99[n]:.3f} s; target {args.ttft_p99} s)")
-    table = Table(title=f"Qwen3-8B on {n} x H100, Mooncake synthetic trace")
+    table = Table(title=f"Qwen3-8B on {n} x H100, {name} (mean prompt {mean_prompt:.0f} tokens)")
     cols = ("run", "requests", "events", "sim span s", "wall s", "CPU s")
-    for col in (*cols, "sim-s / wall-s", "sim-s / CPU-s", "CPU / 1x"):
+    for col in (*cols, "sim-s / wall-s", "sim-s / CPU-s", "CPU / 1x", "CPU ms / req"):
         table.add_column(col, justify="right")
     cpu_1x = None
     ratio_1x = 0.0
@@ -140,6 +178,7 @@ def main() -> None:
             f"{res.span_s / wall:.0f}",
             f"{res.span_s / cpu:.0f}",
             f"{cpu / cpu_1x:.2f}",
+            f"{1000 * cpu / len(res.requests):.3f}",
         )
     console.print(table)
     console.print(
