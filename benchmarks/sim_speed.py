@@ -19,9 +19,10 @@ names the trace file (and the prompt scale), and a "CPU ms / req" column shows t
 cost, which should not grow with prompt length.
 
 `--prompt-scale K` (an integer >= 1) replays a synthetic trace with the same arrivals and output
-lengths but K times longer prompts: every prefix block id h becomes the K ids K*h .. K*h+K-1, so
-what two prompts shared before they share K times as many tokens of now (the reuse fraction stays
-the same), and the prompt keeps the import's block-count rule.
+lengths but K times longer prompts: every prompt and its prefix blocks grow K-fold (512-token
+hash blocks become 512*K-token ones, the hash ids unchanged), so the requests share what they
+shared before, K times as many tokens of it, with as many sharing units (the reuse fraction and
+the number of distinct prefix blocks stay the same; only the tokens per unit grow).
 """
 
 from __future__ import annotations
@@ -84,18 +85,19 @@ def copies(trace: Trace, n: int) -> Trace:
 
 
 def scale_prompts(trace: Trace, k: int) -> Trace:
-    """`trace` with every prompt `k` times longer and its prefix blocks split `k` ways (module
-    docstring): same arrivals, outputs and sharing structure."""
+    """`trace` with every prompt and prefix block `k` times longer (module docstring): same
+    arrivals, outputs, hash ids and sharing structure."""
     if k == 1:
         return trace
-    ops = []
-    for op in trace.ops:
-        n = op.num_input_tokens * k
-        hashes = op.prefix_block_hashes
-        if hashes and op.block_size:
-            split = [h * k + i for h in hashes for i in range(k)]
-            hashes = tuple(split[: -(-n // op.block_size)])
-        ops.append(op.model_copy(update={"num_input_tokens": n, "prefix_block_hashes": hashes}))
+    ops = [
+        op.model_copy(
+            update={
+                "num_input_tokens": op.num_input_tokens * k,
+                "block_size": op.block_size * k if op.block_size else op.block_size,
+            }
+        )
+        for op in trace.ops
+    ]
     return Trace.model_construct(
         manifest=trace.manifest,
         roots=trace.roots,

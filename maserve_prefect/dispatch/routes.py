@@ -19,7 +19,8 @@ served and differs only in *placement*. Three are registered, and `--route` name
 The probe is the one effectful part, at the dispatcher's edge: `replica_prefix_probe` asks the
 replica (`cached_prefix_tokens(request)`; the simulator answers from its KV cache exactly, as a
 router kept current by the engine's KV events would; an engine without the method answers 0, so
-`prefix` degrades to least-loaded there).
+`prefix` degrades to least-loaded there). For real engines, `dispatch.kv_index.EventPrefixProbe`
+answers from indexes fed by the engines' KV events (`Dispatcher(..., prefix_probe=...)`).
 
 Examples:
     >>> from maserve_prefect.protocol.state import Lifecycle

@@ -110,7 +110,9 @@ class ReplayResult:
             replicas) and the maximum of `vllm:kv_cache_usage_perc`.
         num_events: arrivals plus step records (a fast-forwarded decode run is one record).
         route: the dispatcher's route (`dispatch.routes`).
-        bound: the trace's infinite-cache reuse bound (`replay.reuse_bound`).
+        bound: the trace's infinite-cache reuse bound (`replay.reuse_bound`), computed when
+            first asked for (from `bound_prompts`, the model ops' prompts in arrival order, and
+            the replicas' `kv_block_size`), so a replay that never reports it does not pay.
     """
 
     deployment: str
@@ -129,7 +131,15 @@ class ReplayResult:
     num_model_steps: int = 0
     notes: list[str] = field(default_factory=list)
     route: str = "least-outstanding"
-    bound: ReuseBound = field(default_factory=lambda: ReuseBound(0, 0))
+    bound_prompts: list[tuple[tuple[int, ...], int, int]] = field(default_factory=list)
+    kv_block_size: int = 16
+    _bound: ReuseBound | None = None
+
+    @property
+    def bound(self) -> ReuseBound:
+        if self._bound is None:
+            self._bound = reuse_bound(self.bound_prompts, self.kv_block_size)
+        return self._bound
 
     @property
     def span_s(self) -> float:
@@ -234,15 +244,7 @@ def replay_requests(
     t0 = times[order[0]]
     start = clock.now() if start_s is None else start_s
     per_root = Counter(op.root_id for op in model_ops)
-    block_size = min((r.config.block_size for r in replicas), default=16)
-    bound = reuse_bound(
-        (
-            (model_ops[i].prefix_block_hashes if model_ops[i].block_size else (),
-             model_ops[i].block_size or 0, model_ops[i].num_input_tokens)
-            for i in order
-        ),
-        block_size,
-    )  # fmt: skip
+    prompts = [model_ops[i] for i in order]
     result = ReplayResult(
         deployment,
         start,
@@ -252,8 +254,13 @@ def replay_requests(
         num_skipped_ops=len(trace.ops) - len(model_ops),
         num_padded_outputs=sum(1 for op in model_ops if op.num_output_tokens < 1),
         route=route,
-        bound=bound,
-    )
+        bound_prompts=[
+            (op.prefix_block_hashes if op.block_size else (), op.block_size or 0,
+             op.num_input_tokens)
+            for op in prompts
+        ],
+        kv_block_size=min((r.config.block_size for r in replicas), default=16),
+    )  # fmt: skip
     base = _counters(pool, deployment)
     slots: list[RequestResult | None] = [None] * len(model_ops)
     state = {"submitted": 0, "pending": 0, "done": 0}

@@ -7,9 +7,11 @@ from dispatch_factories import make_plain_snapshot, make_sim_replicas, make_unit
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
+from maserve_prefect.dispatch.kv_index import EventPrefixProbe, KVEventIndex
 from maserve_prefect.dispatch.plans import get_plan, get_route, plan_names
 from maserve_prefect.dispatch.routes import ROUTES, PrefixPlan, SessionPlan
 from maserve_prefect.dispatch.snapshot import Snapshot, Unit
+from maserve_prefect.engines.openai.kv_decode import AllBlocksCleared, BlockRemoved, BlockStored
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.requests import Request
 
@@ -119,3 +121,30 @@ def test_probe_answers_what_the_admission_then_hits() -> None:
         ticket = r.submit(req)
         k.run()
         assert ticket.outcome is not None and ticket.outcome.num_cached_tokens == probed
+
+
+def test_prefix_route_places_real_engine_requests_from_their_kv_events() -> None:
+    """The same plan over KV-event indexes (what a vLLM endpoint publishes): a token-id prompt
+    goes where its leading blocks were stored, until they are removed."""
+    k = Kernel()
+    r0, r1 = make_sim_replicas(k, ["r0", "r1"])
+    idx = {"r0": KVEventIndex(), "r1": KVEventIndex()}
+    prompt = tuple(range(100, 164))  # 4 blocks of 16
+    idx["r1"].apply(BlockStored((11, 12, 13), None, prompt[:48], 16))
+    idx["r0"].apply(BlockStored((21,), None, prompt[:16], 16))
+    probe = EventPrefixProbe(idx)
+    req = Request("p", "small", prompt_token_ids=prompt, max_tokens=1)
+    assert (probe(r0, req), probe(r1, req)) == (16, 48)
+    d = Dispatcher(lambda: [r0, r1], k.now, "prefix", prefix_probe=probe)
+    where: list[str] = []
+    d.on_ready(Unit("p", "p", "small", 64, 1), req, on_done=lambda o: None,
+               on_submitted=lambda now, name: where.append(name))  # fmt: skip
+    idx["r1"].apply(BlockRemoved((11,)))  # r1 lost its first block: nothing there matches now
+    assert probe(r1, req) == 0
+    d.on_ready(Unit("q", "q", "small", 64, 1),
+               Request("q", "small", prompt_token_ids=prompt, max_tokens=1),
+               on_done=lambda o: None, on_submitted=lambda now, name: where.append(name))  # fmt: skip
+    k.run()
+    assert where == ["r1", "r0"]
+    idx["r0"].apply(AllBlocksCleared())
+    assert probe(r0, req) == 0
