@@ -88,7 +88,8 @@ class _RoutePlan:
     def plan(self, snapshot: Snapshot) -> Decisions:
         load = {r.name: r.num_outstanding for r in snapshot.replicas}
         accepting = [r for r in snapshot.replicas if r.accepting]
-        homes = dict(snapshot.session_homes)
+        # sessions this plan starts, over the snapshot's (not a copy of it: a plan per event)
+        homes: dict[str, str] = {}
         submits = []
         for unit in fcfs_order(snapshot.ready, lambda u: u.ready_s, lambda u: u.unit_id):
             cands = [r for r in accepting if r.serves(unit.deployment)]
@@ -97,7 +98,7 @@ class _RoutePlan:
                 continue  # nothing can take it now; it stays ready for a later event
             target = self._pick(unit, cands, best, load, snapshot, homes)
             load[target.name] += 1
-            if unit.session_id:
+            if unit.session_id and unit.session_id not in snapshot.session_homes:
                 homes.setdefault(unit.session_id, target.name)
             submits.append(Submit(unit.unit_id, target.name))
         return Decisions(submits=tuple(submits))
@@ -169,7 +170,9 @@ class SessionPlan(_RoutePlan):
         snapshot: Snapshot,
         homes: Mapping[str, str],
     ) -> ReplicaView:
-        home = homes.get(unit.session_id) if unit.session_id else None
+        home = None
+        if unit.session_id:
+            home = snapshot.session_homes.get(unit.session_id) or homes.get(unit.session_id)
         if home is None:
             home = snapshot.homes.get(unit.root_id)
         target = next((r for r in cands if r.name == home), None)

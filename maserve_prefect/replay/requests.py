@@ -133,7 +133,7 @@ class ReplayResult:
     route: str = "least-outstanding"
     bound_prompts: list[tuple[tuple[int, ...], int, int]] = field(default_factory=list)
     kv_block_size: int = 16
-    _bound: ReuseBound | None = None
+    _bound: ReuseBound | None = field(default=None, repr=False, compare=False)
 
     @property
     def bound(self) -> ReuseBound:
