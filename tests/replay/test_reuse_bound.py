@@ -47,16 +47,18 @@ def test_bound_by_hand() -> None:
 def test_bound_is_what_one_unbounded_server_reuses(ps: list[Prompt]) -> None:
     """One replica far larger than the prompts, requests one at a time: every request reuses
     exactly the bound's share (so the bound is tight, and the walk follows the simulator's
-    block identity)."""
+    block identity), and exactly what the replica's prefix probe said beforehand."""
     k = Kernel()
     rep = SimReplica(k, make_step_model("Qwen3-0.6B", "H100"), 4096, name="r")
     cached = 0
     for i, (hashes, pbs, n) in enumerate(ps):
         req = Request(f"q{i}", "", num_prompt_tokens=n, max_tokens=2,
                       prefix_block_hashes=hashes, prefix_block_size=pbs)  # fmt: skip
+        probed = rep.cached_prefix_tokens(req)  # the prefix route's question, asked first
         ticket = rep.submit(req)
         k.run()
         assert ticket.outcome is not None
+        assert ticket.outcome.num_cached_tokens == probed
         cached += ticket.outcome.num_cached_tokens
     assert cached == reuse_bound(ps, 16).num_reusable_tokens
 
