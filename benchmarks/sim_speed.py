@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/sim_speed.py [--trace PATH] [--replicas N] [--copies 1 2 4]
+        [--prompt-scale K [K ...]] [--repeat R] [--no-ff-baseline]
 
 Replays the trace on H100s serving Qwen3-8B (one replica per GPU) as 1x, 2x and 4x copies
 concatenated in time (copy j shifted by j * span and its prefix-hash ids offset so copies share
@@ -13,7 +14,19 @@ Per run it prints events (arrivals + step records), simulated span, wall and CPU
 replay, simulated-s per wall-s and per CPU-s, and CPU time relative to 1x (linear cost: ~2 and
 ~4). CPU time (`time.process_time`) is the steadier figure on a shared machine: other jobs stretch
 wall time but not this process's CPU time. A 1x run with fast-forward off gives the baseline
-ratio. The goal line is >= 1000 simulated s per CPU s (the 1x run's figure).
+ratio (`--no-ff-baseline` skips it). `--repeat R` replays each row R times and keeps the least
+CPU time (on a shared machine other jobs only ever add to it). The goal line is >= 1000
+simulated s per CPU s (the 1x run's figure). The table's title
+names the trace file (and the prompt scale), and a "CPU ms / req" column shows the per-request
+cost, which should not grow with prompt length.
+
+`--prompt-scale K` (integers >= 1; the first one scales the copies' trace, each further one adds a
+"1x, prompts xK" row in the same run, so the costs compare under the same machine load) replays a
+synthetic trace with the same arrivals and output
+lengths but K times longer prompts: every prompt and its prefix blocks grow K-fold (512-token
+hash blocks become 512*K-token ones, the hash ids unchanged), so the requests share what they
+shared before, K times as many tokens of it, with as many sharing units (the reuse fraction and
+the number of distinct prefix blocks stay the same; only the tokens per unit grow).
 """
 
 from __future__ import annotations
@@ -75,6 +88,30 @@ def copies(trace: Trace, n: int) -> Trace:
     )
 
 
+def scale_prompts(trace: Trace, k: int) -> Trace:
+    """`trace` with every prompt and prefix block `k` times longer (module docstring): same
+    arrivals, outputs, hash ids and sharing structure."""
+    if k == 1:
+        return trace
+    ops = [
+        op.model_copy(
+            update={
+                "num_input_tokens": op.num_input_tokens * k,
+                "block_size": op.block_size * k if op.block_size else op.block_size,
+            }
+        )
+        for op in trace.ops
+    ]
+    return Trace.model_construct(
+        manifest=trace.manifest,
+        roots=trace.roots,
+        stages=trace.stages,
+        sessions=trace.sessions,
+        ops=ops,
+        samples=[],
+    )
+
+
 def run(
     trace: Trace, replicas: int, fast_forward: bool = True, pools: list[SimPool] | None = None
 ) -> tuple[ReplayResult, float, float]:
@@ -102,9 +139,26 @@ def main() -> None:
     ap.add_argument("--copies", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--sweep", type=int, nargs="+", default=[4, 6, 8, 10])
     ap.add_argument("--ttft-p99", type=float, default=5.0, help="p99 TTFT target (s) for N")
+    ap.add_argument(
+        "--prompt-scale",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="replay K-times longer prompts (synthetic); more values add rows",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="replays per row; least CPU kept")
+    ap.add_argument("--no-ff-baseline", action="store_true", help="skip the fast-forward-off row")
     args = ap.parse_args()
-    console = Console(width=120)
-    base = import_mooncake(args.trace).trace
+    if args.repeat < 1:
+        ap.error(f"--repeat must be >= 1, got {args.repeat}")
+    if min(args.prompt_scale) < 1:
+        ap.error(f"--prompt-scale must be integers >= 1, got {args.prompt_scale}")
+    console = Console(width=140)
+    imported = import_mooncake(args.trace).trace
+    k0, *more_scales = args.prompt_scale
+    base = scale_prompts(imported, k0)
+    name = args.trace.name + (f", prompts x{k0}" if k0 > 1 else "")
+    mean_prompt = sum(op.num_input_tokens for op in base.ops) / max(len(base.ops), 1)
     n = args.replicas
     if not n:
         sweep = Table(title="replica sweep on 1x (p99 TTFT)")
@@ -119,15 +173,23 @@ def main() -> None:
         ok = [r for r in args.sweep if p99[r] <= args.ttft_p99]
         n = min(ok) if ok else max(args.sweep)
         console.print(f"picked {n} replicas (p99 TTFT {p99[n]:.3f} s; target {args.ttft_p99} s)")
-    table = Table(title=f"Qwen3-8B on {n} x H100, Mooncake synthetic trace")
+    table = Table(title=f"Qwen3-8B on {n} x H100, {name} (mean prompt {mean_prompt:.0f} tokens)")
     cols = ("run", "requests", "events", "sim span s", "wall s", "CPU s")
-    for col in (*cols, "sim-s / wall-s", "sim-s / CPU-s", "CPU / 1x"):
+    for col in (*cols, "sim-s / wall-s", "sim-s / CPU-s", "CPU / 1x", "CPU ms / req"):
         table.add_column(col, justify="right")
     cpu_1x = None
     ratio_1x = 0.0
-    runs = [(f"{c}x", c, True) for c in args.copies] + [("1x, fast-forward off", 1, False)]
-    for label, c, ff in runs:
-        res, wall, cpu = run(copies(base, c) if c > 1 else base, n, fast_forward=ff)
+    runs = [(f"{c}x", copies(base, c) if c > 1 else base, True) for c in args.copies]
+    for k in more_scales:
+        scaled = scale_prompts(imported, k)
+        mean = sum(op.num_input_tokens for op in scaled.ops) / max(len(scaled.ops), 1)
+        runs.append((f"1x, prompts x{k} (mean {mean:.0f})", scaled, True))
+    if not args.no_ff_baseline:
+        runs.append(("1x, fast-forward off", base, False))
+    for label, trace, ff in runs:
+        res, wall, cpu = min(
+            (run(trace, n, fast_forward=ff) for _ in range(args.repeat)), key=lambda t: t[2]
+        )
         if cpu_1x is None:
             cpu_1x, ratio_1x = cpu, res.span_s / cpu
         table.add_row(
@@ -140,6 +202,7 @@ def main() -> None:
             f"{res.span_s / wall:.0f}",
             f"{res.span_s / cpu:.0f}",
             f"{cpu / cpu_1x:.2f}",
+            f"{1000 * cpu / len(res.requests):.3f}",
         )
     console.print(table)
     console.print(

@@ -1,8 +1,11 @@
 """`maserve sim replay TRACE`: replay an imported trace on a simulated pool and print latencies.
 
 One idea: load N replicas of one deployment on N identical devices, wait until they are ready,
-then submit every model op at its recorded time (`replay/requests.py`, Arrival rule)
-and report TTFT / TPOT / end-to-end percentiles, prefix hit rate, preemptions and KV usage.
+then submit every model op at its recorded time (`replay/requests.py`, Arrival rule) on the
+replica its route picks (`--route least-outstanding | prefix | session`, `dispatch.routes`)
+and report TTFT / TPOT / end-to-end percentiles, prefix hit rate, preemptions and KV usage —
+and, beside the measured reuse, the trace's infinite-cache reuse bound (`replay.reuse_bound`:
+what one server with an unbounded cache would reuse; no route can beat it).
 TRACE is a bundle folder (or its `trace.jsonl`) or a Mooncake `.jsonl` file, imported on the fly.
 Errors print one red line and exit 1.
 """
@@ -22,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
 from maserve_prefect.clock.kernel import Kernel
+from maserve_prefect.dispatch.routes import DEFAULT_LOAD_BOUND, ROUTES
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
 from maserve_prefect.errors import ConfigError, MaserveError
 from maserve_prefect.protocol.outcomes import Acceptance
@@ -52,6 +56,23 @@ def replay(
     max_num_batched_tokens: Annotated[
         int | None, typer.Option("--max-num-batched-tokens", min=1, help="Token budget per step.")
     ] = None,
+    route: Annotated[
+        str,
+        typer.Option(
+            "--route",
+            help=f"Where each request goes: {' | '.join(ROUTES)} (longest cached prefix within "
+            "the load bound; sticky by session).",
+        ),
+    ] = "least-outstanding",
+    load_bound: Annotated[
+        int,
+        typer.Option(
+            "--load-bound",
+            min=0,
+            help="prefix / session routes: the most outstanding requests the chosen replica may "
+            "have beyond the least-loaded one's.",
+        ),
+    ] = DEFAULT_LOAD_BOUND,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write requests / device time / timelines here.")
     ] = None,
@@ -59,11 +80,13 @@ def replay(
     """Replay TRACE on REPLICAS simulated GPUs (one replica each) and print latency percentiles."""
     console = Console(width=120)
     try:
-        result, pool = _run(trace, gpu, model, replicas, max_num_seqs, max_num_batched_tokens)
+        result, pool = _run(
+            trace, gpu, model, replicas, max_num_seqs, max_num_batched_tokens, route, load_bound
+        )
     except MaserveError as exc:
         console.print(f"[red]error: {exc}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    _print(console, result, f"{model} on {replicas} x {gpu}")
+    _print(console, result, f"{model} on {replicas} x {gpu}, route {route}")
     if out is not None:
         write_outputs(out, result, pool)
         console.print(f"wrote {out}")
@@ -76,7 +99,11 @@ def _run(
     replicas: int,
     max_num_seqs: int | None,
     max_num_batched_tokens: int | None,
+    route: str = "least-outstanding",
+    load_bound: int = DEFAULT_LOAD_BOUND,
 ) -> tuple[ReplayResult, SimPool]:
+    if route not in ROUTES:
+        raise ConfigError(f"unknown route {route!r}; routes: {', '.join(ROUTES)}")
     trace = load_trace(path)
     overrides = tuple(
         (k, v)
@@ -107,7 +134,9 @@ def _run(
         def advance(p: ReplayProgress) -> None:
             progress.update(task, completed=p.num_done, total=p.num_total, sim=p.elapsed_s)
 
-        result = replay_requests(trace, pool, dep.name, progress=advance)
+        result = replay_requests(
+            trace, pool, dep.name, route=route, load_bound=load_bound, progress=advance
+        )
     return result, pool
 
 
@@ -125,6 +154,11 @@ def _print(console: Console, res: ReplayResult, title: str) -> None:
         f"status {res.status_counts()}  prefix hit rate {100 * res.prefix_hit_rate:.1f}%  "
         f"preemptions {res.num_preemptions}  KV usage mean {100 * res.kv_usage_mean:.1f}% "
         f"max {100 * res.kv_usage_max:.1f}%"
+    )
+    console.print(
+        f"prompt tokens reused {100 * res.prompt_reuse:.1f}% of "
+        f"{100 * res.bound.fraction:.1f}% an infinite cache on one server would reuse "
+        f"(the trace's bound)"
     )
     for note in res.notes:
         console.print(f"[yellow]note: {note}[/yellow]")
@@ -157,7 +191,10 @@ def write_outputs(out: Path, res: ReplayResult, pool: SimPool) -> None:
         "ttft": res.ttft().to_dict(),
         "tpot": res.tpot().to_dict(),
         "e2e": res.e2e().to_dict(),
+        "route": res.route,
         "prefix_hit_rate": res.prefix_hit_rate,
+        "prompt_reuse": res.prompt_reuse,
+        "reuse_bound": res.bound.fraction,
         "num_preemptions": res.num_preemptions,
         "kv_usage_mean": res.kv_usage_mean,
         "kv_usage_max": res.kv_usage_max,

@@ -37,12 +37,15 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from maserve_prefect.dispatch.books import Books, PlainBooks
 from maserve_prefect.dispatch.plans import Plan, get_plan
+from maserve_prefect.dispatch.routes import PrefixProbe, replica_prefix_probe
 from maserve_prefect.dispatch.snapshot import Decisions, ReplicaView, Snapshot, Unit
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.controls import Control
@@ -109,6 +112,9 @@ class Dispatcher:
         observer: called before and after every plan.
         max_outstanding: per replica name, the most requests this dispatcher keeps there at once
             (a harness's concurrency cap; plans see it in `ReplicaView.max_outstanding`).
+        prefix_probe: how a plan that places by cached prefix (`needs_prefix`, e.g. `prefix`)
+            learns what each replica holds for a ready request (default: the replica's own
+            `cached_prefix_tokens`, 0 for a replica without one; `dispatch.routes`).
     """
 
     def __init__(
@@ -120,6 +126,7 @@ class Dispatcher:
         books: Books[Snapshot] | None = None,
         observer: PlanObserver | None = None,
         max_outstanding: Mapping[str, int] | None = None,
+        prefix_probe: PrefixProbe = replica_prefix_probe,
     ) -> None:
         self._replicas = replicas
         self._now = now
@@ -127,6 +134,8 @@ class Dispatcher:
         self.books: Books[Snapshot] = books if books is not None else PlainBooks()
         self._cadence = self.books.cadence
         self._caps = dict(max_outstanding or {})
+        self._probe = prefix_probe
+        self._session_homes: dict[str, str] = {}
         self._ready: dict[str, _Pending] = {}  # in the order they became ready
         self._inflight: dict[str, str] = {}
         self._outstanding: dict[str, int] = {}
@@ -243,7 +252,30 @@ class Dispatcher:
     def snapshot(self) -> Snapshot:
         """The immutable view a plan decides on (the books' snapshot type)."""
         ready = tuple(p.unit for p in self._ready.values())
-        return self.books.snapshot(self._now(), ready, self.views())
+        snap = self.books.snapshot(self._now(), ready, self.views())
+        if self._session_homes:
+            # a session's home is set once and never changes: a read-only view is as good
+            snap = dataclasses.replace(snap, session_homes=MappingProxyType(self._session_homes))
+        if getattr(self.plan, "needs_prefix", False) and ready:
+            snap = dataclasses.replace(snap, cached_tokens=self._cached_tokens())
+        return snap
+
+    def _cached_tokens(self) -> dict[str, dict[str, int]]:
+        """Per ready unit, per accepting replica of its deployment, the prompt tokens the
+        replica holds cached for it (only nonzero entries)."""
+        reps = [r for r in self._replicas() if r.lifecycle.accepting]
+        out: dict[str, dict[str, int]] = {}
+        for uid, pending in self._ready.items():
+            dep = pending.unit.deployment
+            hits = {}
+            for r in reps:
+                if not r.deployment or r.deployment == dep:
+                    n = self._probe(r, pending.request)
+                    if n > 0:
+                        hits[r.name] = n
+            if hits:
+                out[uid] = hits
+        return out
 
     def _event(self, kind: str) -> None:
         self.stats.num_events += 1
@@ -325,4 +357,6 @@ class Dispatcher:
         self._inflight[unit.unit_id] = name
         self._outstanding[name] = self._outstanding.get(name, 0) + 1
         self.books.submitted(unit.unit_id, name, now, root_id=unit.root_id)
+        if unit.session_id:
+            self._session_homes.setdefault(unit.session_id, name)
         ticket.on_done(lambda outcome: self._on_complete(pending, name, outcome))

@@ -7,7 +7,8 @@ plans a `pool.snapshot.PoolSnapshot`. Plans are looked up by name: registering a
 error, an unknown name lists the known ones (vLLM's `create_request_queue`), and options are
 passed to the plan's factory (`get_plan("sticky", order=hook)`).
 
-This layer registers its own plans (`fcfs`; `ordered` and `sticky`, `dispatch.admission`). The
+This layer registers its own plans (`fcfs`; `ordered` and `sticky`, `dispatch.admission`; the
+routes `least-outstanding`, `prefix` and `session`, `dispatch.routes`). The
 plans of the layers above — the pool runtime's `joint` and its baselines — are declared as
 entries of the `maserve_prefect.plans` plugin group (`pyproject.toml`): `get_plan` loads one the
 first time its name is asked for, so this layer never imports the layers above it.
@@ -29,6 +30,13 @@ from typing import Any, Protocol, TypeVar
 from maserve_prefect import plugins
 from maserve_prefect.dispatch.admission import OrderedPlan
 from maserve_prefect.dispatch.fcfs import FcfsPlan
+from maserve_prefect.dispatch.routes import (
+    DEFAULT_LOAD_BOUND,
+    ROUTES,
+    LeastOutstandingPlan,
+    PrefixPlan,
+    SessionPlan,
+)
 from maserve_prefect.dispatch.snapshot import Decisions, Snapshot
 from maserve_prefect.errors import ConfigError
 
@@ -85,6 +93,20 @@ def get_plan(name: str, **options: Any) -> Plan[Any]:
         raise ConfigError(f"plan {name!r} does not take options {sorted(options)}: {exc}") from exc
 
 
+def get_route(route: str, load_bound: int = DEFAULT_LOAD_BOUND) -> Plan[Any]:
+    """The plan of a `--route` name (`dispatch.routes.ROUTES`); `load_bound` goes to the routes
+    that take one (`prefix`, `session`).
+
+    Raises:
+        ConfigError: an unknown route, or a bad load bound.
+    """
+    if route not in ROUTES:
+        raise ConfigError(f"unknown route {route!r}; routes: {', '.join(ROUTES)}")
+    if route == "least-outstanding":
+        return get_plan(route)
+    return get_plan(route, load_bound=load_bound)
+
+
 def plan_names() -> list[str]:
     """Registered and declared plan names, sorted."""
     return sorted(set(_REGISTRY) | set(plugins.entries(PLUGIN_GROUP)))
@@ -93,3 +115,6 @@ def plan_names() -> list[str]:
 register_plan("fcfs", FcfsPlan)
 register_plan("ordered", OrderedPlan)
 register_plan("sticky", lambda **options: OrderedPlan(sticky=True, **options))
+register_plan("least-outstanding", LeastOutstandingPlan)
+register_plan("prefix", PrefixPlan)
+register_plan("session", SessionPlan)

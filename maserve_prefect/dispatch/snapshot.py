@@ -33,6 +33,7 @@ class Unit:
     priority: int = 0
     ready_s: float = 0.0
     workflow: str = ""
+    session_id: str = ""  # the conversation it continues, when the trace has sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,10 @@ class Snapshot:
         near_ready: units whose predecessors are all done or running, by unit id.
         replicas: every replica the dispatcher may submit to, by the pool's order.
         homes: each root's home — the replica its first submitted unit went to.
+        session_homes: each session's home — the replica its first submitted unit went to.
+        cached_tokens: per ready unit, per replica, the prompt tokens that replica holds cached
+            for it now; filled only for plans that ask (`needs_prefix`), from the replicas'
+            prefix probes (`dispatch.routes`). A missing entry means 0.
     """
 
     now_s: float
@@ -83,6 +88,8 @@ class Snapshot:
     near_ready: tuple[Unit, ...]
     replicas: tuple[ReplicaView, ...]
     homes: Mapping[str, str] = field(default_factory=dict)
+    session_homes: Mapping[str, str] = field(default_factory=dict)
+    cached_tokens: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

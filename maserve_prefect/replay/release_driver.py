@@ -188,6 +188,7 @@ class ReleaseDriver:
             max_tokens=request.max_tokens,
             priority=request.priority,
             ready_s=now,
+            session_id=op.session_id,  # the `session` plan keeps a session on one replica
         )
 
         def submitted(t: float, replica: str) -> None:

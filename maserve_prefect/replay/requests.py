@@ -4,9 +4,15 @@ One idea: every model op becomes one length-locked `Request` (prompt tokens and 
 hashes from the op, `max_tokens = min_tokens =` its recorded output tokens) submitted at its
 recorded time — `times.submitted_s`, else `times.ready_s`, else its root's `arrival_s` — shifted
 so the earliest op lands at `start_s` (default: the clock's now, e.g. once the replicas are
-loaded). Each request is a ready unit of the one `Dispatcher` (`dispatch`) under the `fcfs` plan:
-it goes at once to the least-loaded READY replica of the deployment (fewest outstanding requests,
-ties by name). Request ids are op ids, so the replicas' step records join back to the ops.
+loaded). Each request is a ready unit of the one `Dispatcher` (`dispatch`) under a route
+(`dispatch.routes`): by default `least-outstanding` — at once to the READY replica of the
+deployment with the fewest outstanding requests, ties by name; `prefix` — to the replica holding
+the longest cached prefix of its prompt within a load bound; `session` — sticky by the op's
+session. Request ids are op ids, so the replicas' step records join back to the ops.
+
+The result carries the trace's infinite-cache reuse bound (`replay.reuse_bound`) beside the
+measured reuse: no pool, route or eviction can reuse more of the prompt tokens than one server
+with an unbounded cache.
 
 This is the Arrival rule, a non-causal reference arm: ops of one root are released at their
 observed times whether or not their predecessors have finished here (dependency-aware fixed-work
@@ -48,6 +54,8 @@ from functools import partial
 
 from maserve_prefect.clock import URGENT
 from maserve_prefect.dispatch.dispatcher import Dispatcher
+from maserve_prefect.dispatch.plans import get_route
+from maserve_prefect.dispatch.routes import DEFAULT_LOAD_BOUND
 from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.engines.sim.stats import Summary, summarize, time_weighted_mean, window_max
@@ -55,6 +63,7 @@ from maserve_prefect.engines.sim.step.records import SERIES
 from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.protocol.outcomes import Outcome, OutcomeStatus
 from maserve_prefect.protocol.requests import Request
+from maserve_prefect.replay.reuse_bound import ReuseBound, reuse_bound
 from maserve_prefect.trace.model import OpKind, OpRecord, Trace
 
 POLICIES = ("arrival",)
@@ -100,6 +109,10 @@ class ReplayResult:
         kv_usage_mean / kv_usage_max: time-weighted mean over the window (averaged over
             replicas) and the maximum of `vllm:kv_cache_usage_perc`.
         num_events: arrivals plus step records (a fast-forwarded decode run is one record).
+        route: the dispatcher's route (`dispatch.routes`).
+        bound: the trace's infinite-cache reuse bound (`replay.reuse_bound`), computed when
+            first asked for (from `bound_prompts`, the model ops' prompts in arrival order, and
+            the replicas' `kv_block_size`), so a replay that never reports it does not pay.
     """
 
     deployment: str
@@ -117,6 +130,16 @@ class ReplayResult:
     num_step_records: int = 0
     num_model_steps: int = 0
     notes: list[str] = field(default_factory=list)
+    route: str = "least-outstanding"
+    bound_prompts: list[tuple[tuple[int, ...], int, int]] = field(default_factory=list)
+    kv_block_size: int = 16
+    _bound: ReuseBound | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def bound(self) -> ReuseBound:
+        if self._bound is None:
+            self._bound = reuse_bound(self.bound_prompts, self.kv_block_size)
+        return self._bound
 
     @property
     def span_s(self) -> float:
@@ -130,6 +153,13 @@ class ReplayResult:
     def prefix_hit_rate(self) -> float:
         q = self.prefix_queries_tokens
         return self.prefix_hits_tokens / q if q else 0.0
+
+    @property
+    def prompt_reuse(self) -> float:
+        """Fraction of the prompt tokens served from the prefix cache at each request's first
+        admission (vLLM's per-request `num_cached_tokens`): the figure `bound` caps."""
+        total = sum(r.num_prompt_tokens for r in self.requests)
+        return sum(max(r.num_cached_tokens, 0) for r in self.requests) / total if total else 0.0
 
     def status_counts(self) -> dict[str, int]:
         return dict(Counter(r.status for r in self.requests))
@@ -175,6 +205,8 @@ def replay_requests(
     deployment: str,
     *,
     policy: str = "arrival",
+    route: str = "least-outstanding",
+    load_bound: int = DEFAULT_LOAD_BOUND,
     start_s: float | None = None,
     progress: Callable[[ReplayProgress], None] | None = None,
     num_chunks: int = 200,
@@ -187,17 +219,20 @@ def replay_requests(
             idle of other work for the replay to end.
         deployment: deployment name the requests address.
         policy: release rule; only "arrival" (recorded times) exists at request level.
+        route: where each request goes (`dispatch.routes.ROUTES`).
+        load_bound: the `prefix` / `session` routes' load bound (`dispatch.routes`).
         start_s: where the earliest op lands (default: now).
         progress: called after each chunk of simulated time.
         num_chunks: how many chunks the arrival span is cut into.
 
     Raises:
-        ConfigError: unknown policy, or the trace has no model op.
+        ConfigError: unknown policy or route, or the trace has no model op.
         RequestError: an op cannot form a request (e.g. 0 input tokens); names the op.
         SimulationError: the clock ran dry with requests unfinished.
     """
     if policy not in POLICIES:
         raise ConfigError(f"unknown release policy {policy!r}; request-level replay has {POLICIES}")
+    plan = get_route(route, load_bound)
     clock = pool.clock
     replicas = pool.ready_replicas(deployment)
     arrivals = {r.root_id: r.arrival_s for r in trace.roots}
@@ -209,6 +244,7 @@ def replay_requests(
     t0 = times[order[0]]
     start = clock.now() if start_s is None else start_s
     per_root = Counter(op.root_id for op in model_ops)
+    prompts = [model_ops[i] for i in order]
     result = ReplayResult(
         deployment,
         start,
@@ -217,11 +253,18 @@ def replay_requests(
         num_multi_op_roots=sum(1 for n in per_root.values() if n > 1),
         num_skipped_ops=len(trace.ops) - len(model_ops),
         num_padded_outputs=sum(1 for op in model_ops if op.num_output_tokens < 1),
-    )
+        route=route,
+        bound_prompts=[
+            (op.prefix_block_hashes if op.block_size else (), op.block_size or 0,
+             op.num_input_tokens)
+            for op in prompts
+        ],
+        kv_block_size=min((r.config.block_size for r in replicas), default=16),
+    )  # fmt: skip
     base = _counters(pool, deployment)
     slots: list[RequestResult | None] = [None] * len(model_ops)
     state = {"submitted": 0, "pending": 0, "done": 0}
-    dispatcher = Dispatcher(lambda: replicas, clock.now, "fcfs")
+    dispatcher = Dispatcher(lambda: replicas, clock.now, plan)
     where: dict[int, tuple[float, str]] = {}  # op index -> (submit time, replica)
 
     def submit(i: int) -> None:
@@ -230,7 +273,8 @@ def replay_requests(
         state["submitted"] += 1
         state["pending"] += 1
         unit = Unit(op.op_id, op.root_id, deployment, req.num_prompt(), req.max_tokens,
-                    priority=req.priority, ready_s=clock.now())  # fmt: skip
+                    priority=req.priority, ready_s=clock.now(),
+                    session_id=op.session_id)  # fmt: skip
         dispatcher.on_ready(
             unit,
             req,

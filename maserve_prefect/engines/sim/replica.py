@@ -37,6 +37,7 @@ from maserve_prefect.engines.sim.cost.step_cost import StepCostModel
 from maserve_prefect.engines.sim.hear.side import ResidencyFeed, SimHear
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
 from maserve_prefect.engines.sim.kv.manager import cdiv
+from maserve_prefect.engines.sim.kv.probe import ProbeMemo
 from maserve_prefect.engines.sim.loop import LogEntry, ReplicaLoop
 from maserve_prefect.engines.sim.request import RequestStatus, SimRequest
 from maserve_prefect.engines.sim.step.device_share import DeviceShare
@@ -83,6 +84,8 @@ class SimReplica(ReplicaLoop):
         check_invariants: run the full invariant check after every step (tests).
         host_tier: a host-memory KV tier (`host_tier.py`), or None for the GPU tier only.
         mode_params: parameters of the modeled execution modes.
+        probe_memo: the probe requests' memo (`kv/probe.py`), shared by a pool's replicas so a
+            router's prefix question hashes each prompt once (default: this replica's own).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class SimReplica(ReplicaLoop):
         check_invariants: bool = False,
         host_tier: HostTierConfig | None = None,
         mode_params: ModeParams = DEFAULT_MODE_PARAMS,
+        probe_memo: ProbeMemo | None = None,
     ) -> None:
         super().__init__(
             clock, cost_model, num_gpu_blocks, config, name, log, check_invariants, mode_params
@@ -109,6 +113,7 @@ class SimReplica(ReplicaLoop):
         self._accepting = True
         self._closed_reason = ""
         self.pool_lifecycle: Lifecycle | None = None  # set by a Pool while not READY
+        self.probe_memo = probe_memo if probe_memo is not None else ProbeMemo()
         if host_tier is not None:
             self._hx.hear = SimHear(self, host_tier)
 
@@ -223,6 +228,22 @@ class SimReplica(ReplicaLoop):
         its steps take are allocated at its end); counts and usage are as `state()` gives.
         With `hashes`, residency covers only those block hashes (a query)."""
         return self.hear.state_report(hashes)
+
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """Prompt tokens of `request` this replica's GPU prefix cache holds now (what its
+        admission would hit if it came now, no other request intervening): the prefix-aware
+        router's question, answered without changing anything.
+
+        A fast-forwarded run in flight is brought to the state stepping has now first
+        (`_materialize`) when the answer could depend on it — its decode blocks may have
+        evicted cached blocks — so routing on the answer is the same with fast-forward on or
+        off. A zero needs no such care (a run only ever evicts)."""
+        probe = self.probe_memo.get(request, self.config.block_size)
+        tokens = self.kv.probe_prefix(probe)
+        if tokens and self._run is not None:
+            self._materialize()
+            tokens = self.kv.probe_prefix(probe)
+        return tokens
 
     def subscribe_residency(self) -> ResidencyFeed:
         """A feed of this replica's KV residency changes from now on, starting with what is

@@ -157,9 +157,11 @@ class HashIndex:
             keys = np.fromiter(over.keys(), np.uint64, len(over))
             vals = np.fromiter(over.values(), np.intp, len(over))
             live = self.hashed[vals] & (self.hash_val[vals] == keys)
+            # the flags are the slots of the entries: clear the dropped ones' and set the
+            # kept ones' again (a slot may hold both), not the whole table's
+            self._flag[self._slots(keys[~live])] = False
             keys, vals = keys[live], vals[live]
             self._overflow = dict(zip(keys.tolist(), vals.tolist(), strict=True))
-            self._flag[:] = False
             self._flag[self._slots(keys)] = True
 
     def evict(self, blocks: np.ndarray | list[int]) -> None:

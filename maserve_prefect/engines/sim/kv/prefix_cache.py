@@ -140,6 +140,29 @@ class PrefixCache(BlockPool):
             return hits, (len(hits) + self._host_run(req, hashes, len(hits))) * self.block_size
         return hits, len(hits) * self.block_size
 
+    def probe_prefix(self, req: SimRequest) -> int:
+        """Prompt tokens of `req` a lookup would hit on the GPU now, changing nothing: a
+        router's question ("how much of this prompt does this replica hold?"), asked before the
+        request is sent anywhere.
+
+        Only the shareable prefix can hit (later blocks are unique to a request), and the
+        prefix chains no cached hash derives from are ruled out per prefix block
+        (`_num_maybe_cached`) before any block is looked up, so a replica that never held the
+        prompt's prefix answers in work per sharing unit, not per block. Same cap as a lookup:
+        at most `num_tokens - 1` tokens.
+        """
+        if not self.enable_prefix_caching:
+            return 0
+        max_blocks = min((req.num_tokens - 1) // self.block_size, req.num_shareable_blocks)
+        if max_blocks <= 0:
+            return 0
+        n = self._num_maybe_cached(req, max_blocks)
+        if n <= 0:
+            return 0
+        found = self._idx.find(req.block_hash_array(n)[:n])
+        misses = np.flatnonzero(found < 0)
+        return (int(misses[0]) if len(misses) else n) * self.block_size
+
     def _host_run(self, req: SimRequest, hashes: np.ndarray, start: int) -> int:
         """Blocks after the GPU hit that the host tier holds (a leading run); the admission's
         allocation loads them (`ensure_slots`)."""

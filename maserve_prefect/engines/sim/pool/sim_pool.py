@@ -50,6 +50,7 @@ from maserve_prefect.engines.catalog.lifecycle import LifecyclePlan
 from maserve_prefect.engines.sim.cost.step_cost import StepCostModel
 from maserve_prefect.engines.sim.cost.step_time import make_step_model
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
+from maserve_prefect.engines.sim.kv.probe import ProbeMemo
 from maserve_prefect.engines.sim.loop import LogEntry
 from maserve_prefect.engines.sim.pool.device import (
     Deployment,
@@ -114,6 +115,7 @@ class SimPool(PoolViews):
         self._costs: dict[tuple[Deployment, str], StepCostModel] = {}
         self._deployments: dict[str, Deployment] = {}
         self._replicas: dict[str, PoolReplica] = {}
+        self._probe_memo = ProbeMemo()  # a router's prefix probes hash each prompt once
         self._mem: dict[str, list[tuple[float, int]]] = {n: [(clock.now(), 0)] for n in self._slots}
         self.log = log
         self.check_invariants = check_invariants
@@ -198,6 +200,7 @@ class SimPool(PoolViews):
             log=self.log,
             check_invariants=self.check_invariants,
             host_tier=host,
+            probe_memo=self._probe_memo,
         )
         engine.share_devices(self.compute, tuple(names))
         entry = PoolReplica(name, dep, tuple(slots), engine, kv, process)

@@ -194,8 +194,10 @@ def test_segment_queue_matches_the_per_block_lru(
     for kind, i, amount in ops:
         if kind == "admit" and i not in live:
             req = ids(f"r{i}", list(prompts[i]))
+            probed = fast.probe_prefix(req)  # a router's read-only question: changes nothing
             hits, num_hit = fast.get_computed_blocks(req)
             assert (hits, num_hit) == ref.get_computed_blocks(req)
+            assert probed == num_hit
             # a partial first chunk lets another request compute the same blocks (duplicates)
             total = max(min(len(prompts[i]), amount), num_hit + 1)
             got = fast.ensure_slots(req, total, hits)
