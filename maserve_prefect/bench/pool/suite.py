@@ -48,10 +48,12 @@ def path_label(models: Sequence[str]) -> str:
     return "+".join(m.removeprefix("Qwen3-") for m in models)
 
 
-def _cost_models(
+def cost_tables(
     suite: PoolSuite, arms: Sequence[str], roots: Sequence[RootWork], rows: Any,
     scale: Scale, num_trees: int,
 ) -> dict[str, CostModel]:  # fmt: skip
+    """One cost table per predictor the `arms` use, over every request of `roots` (buckets up
+    to the largest), the suite's models and the scale's devices, fitted on `rows`."""
     units = [u for r in roots for u in r.units]
     models = sorted({u.deployment for u in units} | set(POOL_MODELS))
     kinds = sorted({suite.arms[a].predictor for a in arms})
@@ -106,7 +108,7 @@ def run_pool_suite(
         out.workload += _workload_rows(run, recorded)
     t2 = time.perf_counter()
     every = recorded  # buckets must cover every request
-    costs = _cost_models(suite, arms, every, rows, sc, spec.num_trees)
+    costs = cost_tables(suite, arms, every, rows, sc, spec.num_trees)
     out.seconds["cost_tables"] = time.perf_counter() - t2
     total, done = sc.runs * len(patterns) * len(arms), 0
     for run, roots in enumerate(by_run):
