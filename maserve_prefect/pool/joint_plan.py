@@ -10,8 +10,9 @@ window + predictions) that commits only what can start now, and every event repl
    (`pool.outputs`, `pool.admission`).
 2. Each item first *reuses* an accepting resident replica of its deployment (earliest predicted
    completion; batch limit, KV admission — committed blocks on the output limit, ε_M, ρ(t),
-   granted chains' reservations — and request memory checked) and gets a `Grant` for its
-   chain. A unit that a standing grant binds goes to that replica only. Work no replica admits
+   granted chains' reservations — checked; a request takes no device bytes beyond the
+   replica's footprint, whose KV cache is pre-allocated, `Round.can_accept`) and gets a
+   `Grant` for its chain. A unit that a standing grant binds goes to that replica only. Work no replica admits
    stays here, unbound: the next prefix is all that is committed.
 3. The rest is coalesced per deployment and gets lifecycle options on every device, scale-out
    included: Load into free memory, Load once unloads already under way end, or Reclaim+Load
@@ -221,7 +222,7 @@ class JointPlan:
                     )  # fmt: skip
                     if opt is None:
                         continue
-                    cap = rd.batch_cap(d, dev, items, rd.leftover_bytes(opt))
+                    cap = rd.batch_cap(d, dev, items)
                     new = Slots(rd.gpu(dev), (opt.ready_s,) * cap)
                     placed = rd.drain([*slots, new], items)
                     # an item gains only where it completes sooner by more than the
@@ -285,7 +286,7 @@ class JointPlan:
                     )  # fmt: skip
                     if opt is None or release > opt.ready_s + slack:
                         continue
-                    cap = rd.batch_cap(d, dev, items, rd.leftover_bytes(opt))
+                    cap = rd.batch_cap(d, dev, items)
                     placed = rd.drain([*slots, Slots(rd.gpu(dev), (opt.ready_s,) * cap)], items)
                     gains = [
                         b - t

@@ -85,21 +85,6 @@ class Round:
 
     # -- requests --------------------------------------------------------------------------
 
-    def _held(self, r: ReplicaInfo, n: int, max_in: int, max_out: int) -> int:
-        if n == 0:
-            return r.footprint_bytes
-        peak = self.costs.peak_mem_bytes(
-            self.model(r.deployment), self.gpu(r.device), n, max_in, max_out
-        )
-        return max(r.footprint_bytes, peak)
-
-    def request_delta(self, r: ReplicaInfo, item: WorkItem) -> int:
-        """Extra device bytes the replica holds once `item`'s head runs beside its batch."""
-        n, mi, mo = self.batch[r.name]
-        env = item.envelope
-        after = self._held(r, n + 1, max(mi, env.max_input_len), max(mo, env.max_output_len))
-        return max(after - self._held(r, n, mi, mo), 0)
-
     def item_blocks(self, item: WorkItem, block_size: int) -> int:
         """KV blocks `item` reserves on admission: its chain's largest context on the output
         limit (`pool.admission`)."""
@@ -119,15 +104,20 @@ class Round:
         return used + need <= self.kv_limit(r.deployment, r.kv_blocks)
 
     def can_accept(self, r: ReplicaInfo, item: WorkItem) -> bool:
-        """Resident, accepting, below its batch limit, KV admission fits, memory fits."""
+        """Resident, accepting, below its batch limit, and KV admission fits.
+
+        A request takes no device memory beyond its replica's footprint: the replica
+        pre-allocated its KV cache at load (vLLM's `gpu_memory_utilization`, or a fixed
+        `kv_cache_bytes`), so what a request needs is KV blocks, which `kv_fits` checks against
+        the engine's own count. Charging the predicted peak memory of the batch as extra device
+        bytes counted that KV twice, on a predicted size: on the full pool it held back
+        calls a replica had room for (1,910 s of waits beside a serving replica with accurate
+        costs vs 845 s without the charge; burst makespan 123.6 -> 112.6 s)."""
         if not r.serving or item.deployment != r.deployment or r.name in self.leaving:
             return False
         if self.batch[r.name][0] >= r.max_num_seqs:
             return False
-        if not self.kv_fits(r, item):
-            return False
-        delta = self.request_delta(r, item)
-        return delta == 0 or self.ledger.fits(r.device, delta, self.now)
+        return self.kv_fits(r, item)
 
     def completion_on(self, r: ReplicaInfo, item: WorkItem) -> float:
         n = self.batch[r.name][0] + 1
@@ -138,9 +128,6 @@ class Round:
     def submit(self, item: WorkItem, r: ReplicaInfo, grant: bool, reserve: bool = True) -> None:
         """Send `item`'s head to `r` now (and grant it the chain); `reserve=False` for a
         member of a standing grant, whose KV its grant already holds."""
-        delta = self.request_delta(r, item)
-        if delta:
-            self.ledger.add(r.device, self.now, delta)
         end = self.completion_on(r, item)
         n, mi, mo = self.batch[r.name]
         env = item.envelope
@@ -198,11 +185,10 @@ class Round:
                 out.append((p.ready_s, fit.max_num_seqs if fit else 1))
         return sorted(out)
 
-    def batch_cap(self, deployment: str, device: str, items: Sequence[WorkItem], spare: int) -> int:
+    def batch_cap(self, deployment: str, device: str, items: Sequence[WorkItem]) -> int:
         """How many of `items` a fresh replica of `deployment` on `device` can run at once:
-        its batch limit, the items (in order) its KV admission limit holds, and no more than
-        the request memory beyond its footprint that `spare` bytes allow (predicted peak
-        memory grows with the batch)."""
+        its batch limit and the items (in order) its KV admission limit holds (at least one:
+        admission counts it then). Its KV cache is pre-allocated (`can_accept`)."""
         fit = self.state.fit(deployment, device)
         if fit is None or not items:
             return 0
@@ -213,23 +199,7 @@ class Round:
             if used > limit:
                 break
             num_kv += 1
-        top = min(fit.max_num_seqs, len(items), max(num_kv, 1))
-        model, gpu = self.model(deployment), self.gpu(device)
-        max_in = max(it.envelope.max_input_len for it in items)
-        max_out = max(it.envelope.max_output_len for it in items)
-
-        def ok(n: int) -> bool:
-            peak = self.costs.peak_mem_bytes(model, gpu, n, max_in, max_out)
-            return peak - fit.footprint_bytes <= spare
-
-        lo, hi = 1, top  # at least one request runs: admission counts it then
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if ok(mid):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return min(fit.max_num_seqs, len(items), max(num_kv, 1))
 
     def supply_slots(self, deployment: str, items: Sequence[WorkItem]) -> list[Slots]:
         """Where `items` of `deployment`, which no replica accepts now, can run next, per
@@ -249,16 +219,14 @@ class Round:
                     out.append(Slots(gpu, tuple(ends)))
             elif r.lifecycle.becoming_ready:
                 at = max(r.ready_s, self.now)
-                n = self.batch_cap(deployment, r.device, items, self.ledger.headroom(r.device, at))
+                n = self.batch_cap(deployment, r.device, items)
                 out.append(Slots(gpu, (at,) * n))
         for p in self.state.planned:
             if p.deployment == deployment:
-                spare = self.ledger.headroom(p.device, p.ready_s)
-                n = self.batch_cap(deployment, p.device, items, spare)
+                n = self.batch_cap(deployment, p.device, items)
                 out.append(Slots(self.gpu(p.device), (p.ready_s,) * n))
         for dev, ready in self.new_copies.get(deployment, ()):
-            spare = self.ledger.headroom(dev, ready)
-            n = self.batch_cap(deployment, dev, items, spare)
+            n = self.batch_cap(deployment, dev, items)
             out.append(Slots(self.gpu(dev), (ready,) * n))
         return out
 

@@ -219,14 +219,11 @@ def test_a_second_copy_is_prefetched_only_into_free_memory() -> None:
 
 
 def held_after_submits(s: PoolSnapshot, r: ReplicaInfo, units: list[WorkUnit]) -> int:
-    if not units:
-        return r.held_bytes
-    ins = [a.input_len for a in r.active] + [u.input_len for u in units]
-    outs = [a.max_tokens for a in r.active] + [u.max_tokens for u in units]
-    n = len(r.active) + len(units)
-    model = s.pool.deployment(r.deployment).model
-    gpu = s.pool.device(r.device).gpu
-    return max(r.held_bytes, s.costs.peak_mem_bytes(model, gpu, n, max(ins), max(outs)))
+    """What a replica holds on its device once `units` run on it: its footprint, whatever it
+    runs — its KV cache was pre-allocated at load (the simulator's `SimPool` holds exactly this;
+    requests take KV blocks, checked below against the replica's capacity)."""
+    del s, units
+    return r.held_bytes
 
 
 def check_memory(s: PoolSnapshot, d: Decisions) -> None:
