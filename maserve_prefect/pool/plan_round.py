@@ -112,7 +112,7 @@ class Round:
         the engine's own count. Charging the predicted peak memory of the batch as extra device
         bytes counted that KV twice, on a predicted size: on the full pool it held back
         calls a replica had room for (1,910 s of waits beside a serving replica with accurate
-        costs vs 845 s without the charge; burst makespan 123.6 -> 112.6 s)."""
+        costs vs 843 s without the charge; burst makespan 123.6 -> 113.1 s)."""
         if not r.serving or item.deployment != r.deployment or r.name in self.leaving:
             return False
         if self.batch[r.name][0] >= r.max_num_seqs:
