@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 
 from maserve_prefect.errors import ConfigError, PrefectServerError
+from maserve_prefect.settings import private_dir, private_file
 
 __all__ = [
     "ENV_PREFECT_PORT",
@@ -164,12 +165,12 @@ def start(
     if current.pid is not None and _alive(current.pid) and _looks_like_prefect(current.pid):
         _terminate(current.pid, grace_s=5.0)  # recorded but not answering: replace it
     port = _choose_port(port)
-    home.mkdir(parents=True, exist_ok=True)
+    private_dir(home)  # its database holds every run's parameters and results: owner only
     (home / STATE_FILE).unlink(missing_ok=True)
     url = f"http://{HOST}:{port}/api"
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
     cmd += ["--no-ui", "--analytics-off", "--no-scheduler", "--no-late-runs"]
-    with (home / LOG_FILE).open("ab") as log:
+    with private_file(home / LOG_FILE).open("ab") as log:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -177,6 +178,7 @@ def start(
             stderr=subprocess.STDOUT,
             env=_server_env(home),
             start_new_session=True,  # its own process group: `stop` signals the whole tree
+            umask=0o077,  # its database, log and state files: readable by the owner only
         )
     started_at = datetime.now(UTC).isoformat()
     deadline = time.monotonic() + timeout_s

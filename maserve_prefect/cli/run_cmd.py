@@ -10,7 +10,11 @@ so a command that exited at once would leave its history incomplete.
 
 Exit codes: 0 success; 1 bad input or a failed step (one red line); 2 an engine that is not
 supported yet; 3 Prefect's history does not match the ledger (timeout or missing task runs —
-the bundle and the ledger are still complete). A Prefect/ledger *edge* difference is printed as
+the bundle and the ledger are still complete); 4 a root failed (the bundle and summary are
+written first; `--allow-failures` exits 0 instead).
+
+The engine's credentials are never stored or printed: URL user info shows as `***`, an API key
+comes from the environment variable `--api-key-env NAME` names (see `engines.target`). A Prefect/ledger *edge* difference is printed as
 a warning (see `trace.prefect_export`: Prefect also links parameters by object identity).
 
 Trace ids: `<workflow>-<binding>-s<seed>-u<users>`, with `-2`, `-3`, … appended when the ledger
@@ -33,9 +37,11 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from maserve_prefect.engines.target import EngineTarget
+from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir
+from maserve_prefect.engines.target import EngineTarget, redact
 from maserve_prefect.engines.target import parse_engine as parse_target
 from maserve_prefect.errors import ConfigError, MaserveError
 
@@ -51,8 +57,10 @@ SHOWN_ERRORS = 3
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print one red error line on stderr and exit with `code`."""
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print one red error line on stderr and exit with `code` (URL user info redacted)."""
+    Console(stderr=True).print(
+        f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True
+    )
     raise typer.Exit(code=code)
 
 
@@ -134,6 +142,16 @@ def run_cmd(
         float, typer.Option(help="Seconds to wait for Prefect to record every task run.")
     ] = DEFAULT_WAIT_S,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing bundle.")] = False,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            help="Environment variable holding the server's API key (sent as a bearer "
+            "token; never stored)."
+        ),
+    ] = None,
+    allow_failures: Annotated[
+        bool, typer.Option("--allow-failures", help="Exit 0 even when a root failed.")
+    ] = False,
     list_: Annotated[bool, typer.Option("--list", help="List workflow names and exit.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show Prefect's run logs.")] = False,
 ) -> None:
@@ -153,15 +171,16 @@ def run_cmd(
             return
         if not workflow:
             raise ConfigError("give a WORKFLOW name (`maserve run --list` shows them)")
-        target = parse_engine(engine)
+        target = parse_engine(engine).with_api_key_env(api_key_env)
         if not target.is_sim:  # fail fast, before Prefect starts, when the server is not there
             from maserve_prefect.engines.openai.discovery import discover
 
-            discover(target.base_url, model=target.model, probe=False)
+            discover(target.base_url, model=target.model, probe=False, **target.client_auth())
         wf = get_workflow(workflow)
         b = get_binding(binding or wf.default_binding)
         pool_file = load_pool_file(pool) if pool is not None else None
         dest = out if out is not None else Path("out") / f"{wf.name}-s{seed}"
+        check_out_dir(dest, "--out")
         if dest.exists() and not force and (not dest.is_dir() or any(dest.iterdir())):
             raise ConfigError(f"--out {dest} exists and is not empty; pass --force to replace it")
         with console.status("connecting to Prefect…"):
@@ -182,6 +201,13 @@ def run_cmd(
             _await_prefect(console, ledger, tid, wait)
     except MaserveError as exc:
         fail(str(exc))
+    bad = [r for r in run.roots if r.error]
+    if bad and not allow_failures:
+        fail(
+            f"{len(bad)} of {len(run.roots)} roots failed (first: {bad[0].root_id}: "
+            f"{bad[0].error}); the bundle is written; pass --allow-failures to exit 0",
+            code=EXIT_FAILED_WORK,
+        )
 
 
 def _await_prefect(console: Console, ledger: Ledger, trace_id: str, wait_s: float) -> None:
