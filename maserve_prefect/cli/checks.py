@@ -44,7 +44,7 @@ def check_bundle_dir(path: Path, what: str = "bundle") -> None:
         ConfigError: naming `what` and what to give instead.
     """
     if not path.exists():
-        raise ConfigError(f"{what} {path}: no such folder; give a trace bundle folder")
+        raise ConfigError(f"{what} {path}: no such file or folder; give a trace bundle folder")
     if not path.is_dir():
         raise ConfigError(
             f"{what} {path}: a file, not a bundle folder; give the folder that holds "

@@ -25,8 +25,10 @@ Examples:
     >>> t = parse_engine("openai:http://127.0.0.1:8000/v1#tiny")
     >>> (t.kind, t.base_url, t.model)
     ('openai', 'http://127.0.0.1:8000', 'tiny')
-    >>> str(parse_engine("openai:http://u:pw@10.0.0.1:8000?api_key_env=KEY#m"))
-    'openai:http://***@10.0.0.1:8000?api_key_env=KEY#m'
+    >>> str(parse_engine("openai:http://u:pw@10.0.0.1:8000/v1#m"))
+    'openai:http://***@10.0.0.1:8000#m'
+    >>> str(parse_engine("openai:https://gpu.example?api_key_env=VLLM_KEY"))
+    'openai:https://gpu.example?api_key_env=VLLM_KEY'
 """
 
 from __future__ import annotations
@@ -150,9 +152,9 @@ class EngineTarget:
 
 def _env_name(name: str, where: str) -> str:
     if not _ENV_NAME.match(name):
-        raise ConfigError(
-            f"{where} {name!r}: expected the NAME of an environment variable holding the API "
-            "key (letters, digits, underscores), e.g. VLLM_API_KEY — never the key itself"
+        raise ConfigError(  # the value is not shown: it may be the key itself
+            f"{where}: expected the NAME of an environment variable holding the API key "
+            "(letters, digits, underscores, e.g. VLLM_API_KEY), never the key itself"
         )
     return name
 
@@ -242,14 +244,18 @@ def _remember(base_url: str, userinfo: str, shown: str) -> tuple[str, str]:
 _USERINFO = re.compile(r"(?<=://)[^\s'\"]*@")
 
 
+_QUERY = re.compile(r"\?[^#\s'\"]*")
+
+
 def _redact_text(text: str) -> str:
-    """`text` with any URL user info replaced by `***` (for messages about unparsed input).
+    """`text` with URL user info replaced by `***` and any query by `?...` — for messages about
+    input that did not parse (a query may hold a key put where a variable name belongs).
 
     Examples:
-        >>> _redact_text("openai:http://me:pw@h:1/v1")
-        'openai:http://***@h:1/v1'
+        >>> _redact_text("openai:http://me:pw@h:1/v1?api_key=sk-1#m")
+        'openai:http://***@h:1/v1?...#m'
     """
-    return _USERINFO.sub(f"{REDACTED}@", text)
+    return _QUERY.sub("?...", _USERINFO.sub(f"{REDACTED}@", text))
 
 
 def redact(text: str) -> str:
@@ -260,4 +266,4 @@ def redact(text: str) -> str:
         >>> redact("cannot reach http://a:b@h:1 (refused)")
         'cannot reach http://***@h:1 (refused)'
     """
-    return _redact_text(text)
+    return _USERINFO.sub(f"{REDACTED}@", text)
