@@ -292,6 +292,8 @@ def _choose_port(port: int | None) -> int:
         chosen = int(raw)
     except ValueError:
         raise ConfigError(f"{ENV_PREFECT_PORT}={raw!r} is not a port number") from None
+    if not 1 <= chosen <= 65535:
+        raise ConfigError(f"port {chosen}: a TCP port is 1-65535 (--port / {ENV_PREFECT_PORT})")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind((HOST, chosen))

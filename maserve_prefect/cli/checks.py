@@ -17,11 +17,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
+
+from maserve_prefect.engines.target import redact
 from maserve_prefect.errors import ConfigError
 
 EXIT_FAILED_WORK = 4
 """Exit code of `run`, `replay` and `bench run` when ops failed or an audit failed (the results
 are written first; `--allow-failures` exits 0 instead)."""
+
+
+def print_error(message: str) -> None:
+    """One red `error:` line on stderr; URL user info in it is redacted (`engines.target`)."""
+    Console(stderr=True).print(
+        f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True
+    )
 
 
 def check_out_dir(path: Path, what: str) -> None:

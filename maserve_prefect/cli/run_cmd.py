@@ -37,11 +37,10 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import numpy as np
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir
-from maserve_prefect.engines.target import EngineTarget, redact
+from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir, print_error
+from maserve_prefect.engines.target import EngineTarget
 from maserve_prefect.engines.target import parse_engine as parse_target
 from maserve_prefect.errors import ConfigError, MaserveError
 
@@ -58,9 +57,7 @@ SHOWN_ERRORS = 3
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one red error line on stderr and exit with `code` (URL user info redacted)."""
-    Console(stderr=True).print(
-        f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True
-    )
+    print_error(message)
     raise typer.Exit(code=code)
 
 
@@ -171,6 +168,10 @@ def run_cmd(
             return
         if not workflow:
             raise ConfigError("give a WORKFLOW name (`maserve run --list` shows them)")
+        if arrival_rate is not None and not 0 < arrival_rate < float("inf"):
+            raise ConfigError(f"--arrival-rate {arrival_rate}: give a finite rate > 0 roots/s")
+        if content not in ("binding", "engine"):
+            raise ConfigError(f"--content {content!r}: use 'binding' or 'engine'")
         target = parse_engine(engine).with_api_key_env(api_key_env)
         if not target.is_sim:  # fail fast, before Prefect starts, when the server is not there
             from maserve_prefect.engines.openai.discovery import discover

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from maserve_prefect.cli.checks import check_out_dir
+from maserve_prefect.cli.run_cmd import fail
 from maserve_prefect.engines.catalog.devices import (
     DeviceEntry,
     default_efficiency,
@@ -20,7 +22,7 @@ from maserve_prefect.engines.catalog.devices import (
 from maserve_prefect.engines.catalog.gpus import builtin_gpu, list_builtin_gpus
 from maserve_prefect.engines.sim.cost.calibrate import fit_efficiency, leave_one_model_out, score
 from maserve_prefect.engines.sim.cost.profiles import GROUPS, load_profiles
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, MaserveError
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -52,6 +54,17 @@ def calibrate(
     mean the card beats its datasheet. `get_gpu(NAME)` and `make_step_model(..., NAME)` load
     the written entry.
     """
+    try:
+        if out is not None:
+            check_out_dir(out.parent, "--out")
+            if out.is_dir():
+                raise ConfigError(f"--out {out}: a folder; give the path of a .yaml file")
+        _calibrate(profile_dir, gpu, base_gpu, out)
+    except MaserveError as exc:
+        fail(str(exc))
+
+
+def _calibrate(profile_dir: Path, gpu: str, base_gpu: str | None, out: Path | None) -> None:
     base_name = base_gpu or gpu
     base = builtin_gpu(base_name)
     if base is None:

@@ -253,6 +253,8 @@ def export_cmd(
     try:
         if (flow_run is None) == (run is None):
             raise ConfigError("give exactly one of --flow-run ID or --run TRACE_ID")
+        if out is not None:
+            check_out_dir(out, "--out")
         server = prefect_server.ensure_server()
         with open_ledger(ledger_url) as ledger, prefect_server.connected(server):
             trace_ids = [run] if run is not None else ledger.runs_of_flow_run(str(flow_run))

@@ -109,4 +109,5 @@ def test_calibrate_cli_writes_loadable_entry(
     fitted = make_step_model("Qwen3-8B", "Lab Card")
     assert fitted.eff.linear_mem == pytest.approx(doc["efficiency"]["linear_mem"])
     result = CliRunner().invoke(root, ["sim", "calibrate", str(profiles), "--gpu", "Nowhere"])
-    assert result.exit_code != 0 and isinstance(result.exception, ConfigError)
+    assert result.exit_code == 1 and "--base-gpu 'Nowhere' has no datasheet entry" in result.output
+    assert "Traceback" not in result.output
