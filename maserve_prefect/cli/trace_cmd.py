@@ -106,13 +106,13 @@ def import_mooncake_cmd(
         max_context = (
             get_model(model).max_position_embeddings if model is not None else MAX_CONTEXT_TOKENS
         )
-        if out is None:
-            private_dir(get_settings().home)
         dest = out if out is not None else get_settings().home / "traces" / file.stem
         check_out_dir(dest, "--out")
         result = import_mooncake(
             file, strict=strict, block_size=block_size, max_context_tokens=max_context
         )
+        if out is None:
+            private_dir(get_settings().home)
         written = export_bundle(result.trace, MemoryStore(), dest, overwrite=force)
     except MaserveError as exc:
         _fail(str(exc))
