@@ -441,7 +441,7 @@ MUTATIONS: dict[str, dict[str, Any]] = {
             "users": 1,
             "think_time": {"dist": "uniform", "low_s": 2.0, "high_s": 1.0},
         }
-    },  # fmt: skip
+    },
     "no_arms": {"arms": []},
     "zero_blocks": {"blocks": 0},
     "bad_engine": {"engine": "tgi:http://u:SECRET@h"},
