@@ -96,3 +96,26 @@ def test_bench_run_of_a_suite_with_a_failed_op_exits_4(scenario: Path, tmp_path:
     assert res.stderr.startswith("error:") and "--allow-failures" in res.stderr
     ok = runner.invoke(app, ["bench", "run", str(suite), "--no-prefect", "--allow-failures"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_run_with_failed_roots_exits_4_after_writing_the_bundle(
+    prefect_api: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool whose context window (`max_model_len`, vLLM's `--max-model-len`) no prompt fits:
+    every model call is refused, every root fails."""
+    monkeypatch.setenv("MASERVE_HOME", str(tmp_path / "home"))
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        "devices: [H100:0]\n"
+        "deployments: [{name: main, model: Qwen3-0.6B, max_model_len: 8}]\n"
+        "placements: [{deployment: main, device: H100:0}]\n"
+        "default: main\n"
+    )
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    args = ["run", "fork_join", "--pool", str(pool), "--ledger", db, "--wait", "60"]
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert res.exit_code == EXIT_FAILED_WORK, res.output
+    assert res.stderr.startswith("error: 1 of 1 roots failed") and "--allow-failures" in res.stderr
+    assert (tmp_path / "a" / "trace.jsonl").is_file()
+    ok = runner.invoke(app, [*args, "--out", str(tmp_path / "b"), "--allow-failures"])
+    assert ok.exit_code == 0, ok.output
