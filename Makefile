@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 VLLM_LOCK := requirements-vllm.lock
 
-.PHONY: demo test test-unit test-fast vllm-env lint typecheck clean venv
+.PHONY: demo test test-unit test-fast vllm-env lint typecheck clean venv sandbox-deps
 
 venv: $(STAMP)
 
@@ -22,10 +22,27 @@ $(STAMP): requirements.lock pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The code-test sandbox jails untrusted code with bubblewrap (Debian package `bubblewrap`):
+# installed here when `bwrap` is missing and we are root with apt-get; otherwise a note, and
+# code-test tools refuse untrusted code (MASERVE_ALLOW_UNSANDBOXED=1 runs it unjailed).
+BWRAP ?= bwrap
+sandbox-deps:
+	@command -v $(BWRAP) >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (the code-test sandbox)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; } || \
+	    echo "warning: could not install bubblewrap; code-test tools will refuse untrusted code"; \
+	  else \
+	    echo "note: $(BWRAP) not found and not installable here (needs root and apt-get):" \
+	      "install the 'bubblewrap' package, or code-test tools refuse untrusted code"; \
+	  fi; }
+
+demo: $(STAMP) sandbox-deps
 	$(BIN)/python -m maserve_prefect.demo
 
-test: $(STAMP)
+test: $(STAMP) sandbox-deps
 	VLLM_PY="$$($(BIN)/python -m maserve_prefect.engines.vllm.venv --lock $(VLLM_LOCK))" && \
 	MASERVE_VLLM_PYTHON="$$VLLM_PY" $(BIN)/python -m pytest tests
 

@@ -58,6 +58,8 @@ from maserve_prefect.predictors.rows import Row
 from rich.console import Console
 from rich.table import Table
 
+from maserve_prefect.errors import ConfigError, MaserveError
+
 DEFAULT_PROFILES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "profiles"
 
 MEASURED_SHAPES = {
@@ -177,11 +179,29 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="larger sweeps")
     parser.add_argument("--trees", type=int, default=300, help="LightGBM rounds per target")
     args = parser.parse_args()
+    try:
+        run(args)
+    except MaserveError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None
+
+
+def run(args: argparse.Namespace) -> None:
+    """Build the rows, score every predictor, print the tables and write `--out`.
+
+    Raises:
+        MaserveError: a missing profile folder or a malformed profile (one line).
+    """
     console = Console(width=160)
     t0 = time.perf_counter()
 
     measured = measured_rows(args.profiles.resolve(), shape_grid(*MEASURED_SHAPES[args.full]))
     t_measured = time.perf_counter() - t0
+    if not measured.rows:
+        first = measured.notes[0] if measured.notes else "no profiles found"
+        raise ConfigError(
+            f"no measured rows under {args.profiles} ({len(measured.notes)} skipped; first: {first})"
+        )
     sim = simulator_rows(
         SIM_MODELS[args.full], SIM_DEVICES[args.full], shape_grid(*SIM_SHAPES[args.full])
     )
@@ -221,6 +241,10 @@ def main() -> None:
         f"{len(fully)} rows fully measured (RTX PRO 6000). "
         f"Skipped: {len(measured.notes)} measured shapes, {len(sim.notes)} simulator combos."
     )
+    uncatalogued = sorted({n for n in measured.notes if "not in the catalog" in n})
+    uncatalogued += sorted({n for n in measured.notes if "unknown model" in n})
+    for note in uncatalogued:
+        console.print(f"[yellow]skipped:[/] {note}", highlight=False, soft_wrap=True)
     console.print(
         f"time: measured rows {t_measured:.1f}s, simulator rows {t_sim:.1f}s, "
         f"fits + scoring {t_eval:.1f}s; one fit on all {len(measured.rows) + len(sim.rows)} "

@@ -28,8 +28,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from maserve_prefect.engines.catalog.devices import shipped_fit_path
-from maserve_prefect.engines.catalog.gpus import GpuSpec, builtin_gpu
+from maserve_prefect.engines.catalog.devices import get_gpu, shipped_fit_path
+from maserve_prefect.engines.catalog.gpus import GpuSpec
 from maserve_prefect.engines.sim.cost.calibrate import (
     WapeTable,
     fit_all,
@@ -39,17 +39,23 @@ from maserve_prefect.engines.sim.cost.calibrate import (
     unfitted,
 )
 from maserve_prefect.engines.sim.cost.profiles import GROUPS, load_profiles
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, MaserveError
 
 GOAL = 0.08
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "profiles"
 
 
 def _gpu(name: str) -> GpuSpec:
-    gpu = builtin_gpu(name)
-    if gpu is None:
-        raise ConfigError(f"profiles name device {name!r}, which has no datasheet entry")
-    return gpu
+    """The datasheet peaks of a profiled device: built-in, or added with `maserve sim device
+    add` (a calibrated user entry's own efficiencies are not used: every score here refits)."""
+    try:
+        return get_gpu(name)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"profiles name device {name!r}, which is not in the catalog; add its datasheet with "
+            "`maserve sim device add DATASHEET.yaml` (fields as in "
+            "maserve_prefect/engines/catalog/data/gpus.yaml) and rerun"
+        ) from exc
 
 
 def _fmt(value: float | None) -> str:
@@ -61,8 +67,23 @@ def main() -> None:
     parser.add_argument("dirs", nargs="*", type=Path, default=[DEFAULT_DIR])
     parser.add_argument("--write", action="store_true", help="write the shipped device fit")
     args = parser.parse_args()
-    coll = load_profiles(*args.dirs)
+    try:
+        run(args.dirs, args.write)
+    except MaserveError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None
+
+
+def run(dirs: list[Path], write: bool) -> None:
+    """Score (and with `write`, refit the shipped efficiencies); see the module docstring.
+
+    Raises:
+        ConfigError: no profiles, a malformed file, or a device the catalog does not know.
+    """
+    coll = load_profiles(*dirs)
     sets = coll.sets
+    for device in coll.devices():
+        _gpu(device)  # every device resolves before any fit starts
     console = Console(width=150)
     runs: list[tuple[str, WapeTable]] = [
         ("in-sample, not a fidelity figure", in_sample(sets, _gpu)),
@@ -93,7 +114,7 @@ def main() -> None:
             f"held-out-device WAPE {_fmt(lodo.wape(device))}; "
             f"linear layers held-out-model {_fmt(lomo.wape(device, 'linear'))}"
         )
-    if args.write:
+    if write:
         pooled, per_device = fit_all(sets, _gpu)
         doc = {
             "fitted_on": sorted(

@@ -4,8 +4,9 @@ Data: `data/code.jsonl`, 22 tasks (id, function name, task text, reference solut
 test source), written for this project. The task artifact carries the function name and the
 test source (the tool-augmented repair loop runs them with the `run_tests` tool); the reference
 solution stays hidden. Evaluation: the answer's code (the last fenced ```python block if any,
-else the whole text) runs with the tests in `maserve_prefect.tools.sandbox` (subprocess, timeout,
-no network); pass iff every check passes; score = passed checks / all checks.
+else the whole text) runs with the tests in `maserve_prefect.tools.sandbox` (a bubblewrap jail:
+no network, no view of the host's files, CPU / memory / time limits, the verdict from a separate
+judge); pass iff every check passes; score = passed checks / all checks.
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 

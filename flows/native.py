@@ -6,11 +6,18 @@ with `MAServeTaskRunner` — each on its own thread counted by the gate. Roots a
 (after the pool has loaded) unless an inter-arrival rate is given. Every root's final artifact is
 evaluated by the binding; on the simulator answers are synthetic text, so quality is reported but
 flagged as not meaningful.
+
+Cancelling (`cancel=` event, set by `maserve run`'s Ctrl-C handler): the main thread polls it
+while the roots run; once set, no further root arrives, the harness is cancelled (no further op
+starts), the engine is closed (in-flight calls end) and the roots get `CANCEL_GRACE_S` to unwind
+before the run returns what was recorded. Root threads are daemons, so one stuck in a tool does
+not hold the process.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import copy_context
 from dataclasses import dataclass
@@ -21,6 +28,8 @@ from maserve_prefect.flows.compose import run_workload
 from maserve_prefect.flows.env import RootEnv, resolve
 from maserve_prefect.flows.workflows import Workflow, get_workflow
 from prefect import flow
+from prefect.context import FlowRunContext
+from prefect.exceptions import CancelledRun
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from maserve_prefect.clock.kernel import Kernel
@@ -28,7 +37,7 @@ from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.engines.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.engines.target import EngineTarget, parse_engine
-from maserve_prefect.errors import ConfigError, UnsupportedError
+from maserve_prefect.errors import ConfigError, MaserveError, UnsupportedError
 from maserve_prefect.pool.dispatch import needs_pool, sim_pool_dispatcher
 from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.spec.binding import Quality, TaskBinding
@@ -51,6 +60,11 @@ class _RunConfig:
 
 
 _CONFIGS: dict[str, _RunConfig] = {}
+
+# Seconds a cancelled run waits for its roots to end (an op in a tool cannot be interrupted).
+CANCEL_GRACE_S = 2.0
+# Seconds between checks of the cancel event while the roots run.
+JOIN_POLL_S = 0.1
 
 NativeReplicaFactory = Callable[
     [Callable[[], float], Callable[[Callable[[], None]], None], Sequence[str]],
@@ -83,7 +97,12 @@ def _openai_factory(target: EngineTarget) -> NativeReplicaFactory:
 )
 def root_flow(root_id: str, instance_id: str, run_key: str) -> dict[str, Any]:
     """Realize one root: run the workflow's composition for one binding instance."""
-    cfg = _CONFIGS[run_key]
+    cfg = _CONFIGS.get(run_key)
+    if cfg is None:  # the run ended (cancelled) before this root's flow started
+        raise CancelledRun(f"root {root_id}: the run {run_key} was cancelled before it started")
+    ctx = FlowRunContext.get()
+    if ctx is not None and ctx.flow_run is not None:
+        get_harness(run_key).add_flow_run(str(ctx.flow_run.id))
     instance = cfg.binding.instance(instance_id)
     with scope(root_id=root_id, workflow=cfg.workflow.name, stage_id="main"):
         env = RootEnv(
@@ -137,6 +156,8 @@ def run_native(
     replicas_factory: NativeReplicaFactory | None = None,
     plan: str = "fcfs",
     pool_start: str = "warm",
+    cancel: threading.Event | None = None,
+    cancel_grace_s: float = CANCEL_GRACE_S,
 ) -> NativeRun:
     """Realize `users` roots of `workflow` on an engine (see the module docstring).
 
@@ -152,6 +173,11 @@ def run_native(
             near-ready and ready ops the task runner reports (`pool.control`).
         pool_start: "warm" (the pool file's placements are loaded before roots arrive) or
             "cold" (no replica; a pool plan loads what the work needs).
+        cancel: set (e.g. by a Ctrl-C handler) to cancel the run: no further root or op
+            starts (each op is recorded skipped), the engine is closed so in-flight calls end,
+            and the run returns with `cancelled=True` once its roots have ended or
+            `cancel_grace_s` has passed, whichever is first (roots still running then are left
+            to the caller, who exits the process).
 
     Raises:
         ConfigError: a cold start under a plain plan (nothing would ever load).
@@ -237,27 +263,30 @@ def run_native(
     lock = threading.Lock()
     # Short root flows: no heartbeat thread (it adds up to a second per flow run at exit).
     quiet = temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+    threads: list[threading.Thread] = []
+    stop = cancel if cancel is not None else threading.Event()
     try:
         with quiet, gate, activate(harness):
             gate.admit()
-            threads = []
             for i in range(users):
                 root_id = f"r{i:04d}"
                 instance_id = order[i % len(order)]
                 delay = float(arrivals[i]) - gate.now()
                 if delay > 0:
                     gate.sleep(delay, what=f"arrival of {root_id}")
+                if stop.is_set():
+                    break
                 gate.admit()
                 th = threading.Thread(
                     target=copy_context().run,
                     args=(_root_body, harness, key, root_id, instance_id, results, i, lock),
                     name=f"maserve-root-{root_id}",
+                    daemon=True,  # a cancelled run does not wait for a root stuck in a tool
                 )
                 threads.append(th)
                 th.start()
             gate.leave()
-            for th in threads:
-                th.join()
+            _join_roots(threads, stop, harness, close_engine, cancel_grace_s)
     finally:
         _CONFIGS.pop(key, None)
         close_engine()
@@ -270,8 +299,36 @@ def run_native(
         ops=sorted(harness.book.ops, key=_op_key),
     )
     return NativeRun(
-        trace=trace, roots=[r for r in results if r is not None], pool=sim_pool, harness=harness
+        trace=trace,
+        roots=[r for r in results if r is not None],
+        pool=sim_pool,
+        harness=harness,
+        flow_run_ids=list(harness.flow_run_ids),
+        cancelled=harness.cancelled,
     )
+
+
+def _join_roots(
+    threads: Sequence[threading.Thread],
+    stop: threading.Event,
+    harness: Harness,
+    close_engine: Callable[[], None],
+    grace_s: float,
+) -> None:
+    """Wait for every root; once `stop` is set, cancel the run and wait at most `grace_s`."""
+    for th in threads:
+        while th.is_alive() and not stop.is_set():
+            th.join(JOIN_POLL_S)
+    if not stop.is_set():
+        return
+    harness.cancel()
+    try:
+        close_engine()  # in-flight engine calls end now (their ops are recorded incomplete)
+    except MaserveError:
+        pass  # a callback's earlier error; the run is being cancelled anyway
+    deadline = time.monotonic() + grace_s
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
 
 
 def _op_key(op: OpRecord) -> tuple[str, str, int]:

@@ -1,11 +1,14 @@
 """The persistent local Prefect server the CLI records runs on: start, find, stop.
 
 The one idea: **one detached `prefect server start` per `MASERVE_HOME`, described by a state
-file.** `start()` launches the server in its own process group with `PREFECT_HOME` under the
+file, under a lock.** `start()` launches the server in its own process group with `PREFECT_HOME` under the
 project data directory (`$MASERVE_HOME/prefect`), analytics and the UI off, logs to
 `<home>/server.log`, and writes its pid, port and URL to `<home>/server.json`; it returns only
 once `GET /api/health` answers. Later commands read that file (`status()`), reuse the server
-(`ensure_server()`), or end it (`stop()`: SIGTERM to the group, bounded wait, then SIGKILL).
+(`ensure_server()`), or end it (`stop()`: SIGTERM to the group, bounded wait, then SIGKILL). `start()` and `stop()` hold an
+exclusive lock on `<home>/server.lock` (`maserve_prefect.locks`) from the first look at the state
+file to the last write, so two commands that start at once on a fresh home get one server (the
+second waits, then finds it running) and `stop` never misses one being started.
 
 Why not Prefect's ephemeral mode: it starts a server subprocess per process and lost most task
 runs of a process that exited right after its flows (measured, Prefect 3.9.1; see DESIGN.md). A
@@ -41,6 +44,7 @@ from typing import Any
 import httpx
 
 from maserve_prefect.errors import ConfigError, PrefectServerError
+from maserve_prefect.locks import exclusive
 from maserve_prefect.settings import private_dir, private_file
 
 __all__ = [
@@ -58,6 +62,9 @@ __all__ = [
 
 ENV_PREFECT_PORT = "MASERVE_PREFECT_PORT"
 STATE_FILE = "server.json"
+LOCK_FILE = "server.lock"
+# Seconds a start or stop waits, beyond its own timeout, for another one in the same home.
+LOCK_MARGIN_S = 30.0
 LOG_FILE = "server.log"
 HOST = "127.0.0.1"
 # Lines of the server log quoted when it fails to start.
@@ -159,6 +166,11 @@ def start(
         PrefectServerError: the server exited or did not answer in time (quotes its log).
     """
     home = server_home(home)
+    with _locked(home, timeout_s, "starting the Prefect server"):
+        return _start_locked(home, port, timeout_s)
+
+
+def _start_locked(home: Path, port: int | None, timeout_s: float) -> ServerInfo:
     current = status(home)
     if current.running:
         return current
@@ -209,15 +221,16 @@ def stop(home: Path | None = None, *, timeout_s: float = 20.0) -> bool:
     SIGTERM goes to the server's process group; after `timeout_s` the group is killed.
     """
     home = server_home(home)
-    state = _read_state(home)
-    if state is None:
-        return False
-    pid = int(state["pid"])
-    was_running = _alive(pid) and _looks_like_prefect(pid)
-    if was_running:
-        _terminate(pid, grace_s=timeout_s)
-    (home / STATE_FILE).unlink(missing_ok=True)
-    return was_running
+    with _locked(home, timeout_s, "stopping the Prefect server"):
+        state = _read_state(home)
+        if state is None:
+            return False
+        pid = int(state["pid"])
+        was_running = _alive(pid) and _looks_like_prefect(pid)
+        if was_running:
+            _terminate(pid, grace_s=timeout_s)
+        (home / STATE_FILE).unlink(missing_ok=True)
+        return was_running
 
 
 def configured_api_url() -> str | None:
@@ -269,6 +282,11 @@ def connected(info: ServerInfo) -> Iterator[ServerInfo]:
 
 
 # ---- helpers ------------------------------------------------------------------------------
+
+
+def _locked(home: Path, timeout_s: float, what: str) -> contextlib.AbstractContextManager[None]:
+    """The home's server lock, waited for up to `timeout_s` plus a margin."""
+    return exclusive(home / LOCK_FILE, wait_s=timeout_s + LOCK_MARGIN_S, what=what)
 
 
 def _server_env(home: Path) -> dict[str, str]:

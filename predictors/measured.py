@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from maserve_prefect.engines.catalog.gpus import builtin_gpu
+from maserve_prefect.engines.catalog.devices import get_gpu
+from maserve_prefect.engines.catalog.gpus import GpuSpec
 from maserve_prefect.engines.catalog.models import ModelSpec, get_model
 from maserve_prefect.engines.sim.cost.profiles import load_vidur
 from maserve_prefect.engines.sim.cost.step_cost import DecodeAffine, ScheduledChunk, StepCost
@@ -273,6 +274,15 @@ class MeasuredStepModel:
 
 # --- builders -----------------------------------------------------------------------------------
 
+
+def _catalog_gpu(name: str) -> GpuSpec | None:
+    """A built-in or user-added device, or None."""
+    try:
+        return get_gpu(name)
+    except ConfigError:
+        return None
+
+
 _VIDUR_LINEAR = ("qkv", "o", "gate_up", "down")
 
 
@@ -324,10 +334,11 @@ def llmservingsim_step_model(folder: Path) -> MeasuredStepModel:
     """
     meta = yaml.safe_load((folder / "meta.yaml").read_text()) or {}
     model = get_model(str(meta.get("model", "")))
-    gpu = builtin_gpu(str(meta.get("hardware", "")))
+    gpu = _catalog_gpu(str(meta.get("hardware", "")))
     if gpu is None:
         raise ConfigError(
-            f"{folder / 'meta.yaml'}: hardware {meta.get('hardware')!r} not in the catalog"
+            f"{folder / 'meta.yaml'}: hardware {meta.get('hardware')!r} not in the catalog; "
+            "add it with `maserve sim device add DATASHEET.yaml`"
         )
     dense = _read_counts(folder / "dense.csv")
     seq = _read_counts(folder / "per_sequence.csv")
@@ -370,9 +381,12 @@ def measured_step_models(root: Path) -> tuple[list[MeasuredStepModel], list[str]
     notes: list[str] = []
     for path in sorted(root.rglob("mlp.csv")):
         device_dir = path.parent.parent.name
-        gpu = builtin_gpu(device_dir)
+        gpu = _catalog_gpu(device_dir)
         if gpu is None:
-            notes.append(f"{path}: device {device_dir!r} not in the catalog; skipped")
+            notes.append(
+                f"{path}: device {device_dir!r} not in the catalog (add it with `maserve sim "
+                "device add DATASHEET.yaml`); skipped"
+            )
             continue
         try:
             out.append(vidur_step_model(path, gpu.name))

@@ -81,5 +81,8 @@ def version() -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    _mount()
+    try:
+        _mount()  # imports every command group: seconds on a busy machine
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None  # Ctrl-C before any command ran: quietly, as typer does
     app()

@@ -11,11 +11,18 @@ so a command that exited at once would leave its history incomplete.
 Exit codes: 0 success; 1 bad input or a failed step (one red line); 2 an engine that is not
 supported yet; 3 Prefect's history does not match the ledger (timeout or missing task runs —
 the bundle and the ledger are still complete); 4 a root failed (the bundle and summary are
-written first; `--allow-failures` exits 0 instead).
+written first, and one line names the first failure; `--allow-failures` exits 0 instead); 130
+interrupted (Ctrl-C). A Prefect/ledger *edge* difference is printed as a warning (see
+`trace.prefect_export`: Prefect also links parameters by object identity).
 
 The engine's credentials are never stored or printed: URL user info shows as `***`, an API key
-comes from the environment variable `--api-key-env NAME` names (see `engines.target`). A Prefect/ledger *edge* difference is printed as
-a warning (see `trace.prefect_export`: Prefect also links parameters by object identity).
+comes from the environment variable `--api-key-env NAME` names (see `engines.target`).
+
+Ctrl-C: during the run the first one cancels it (`cli.interrupt`, `cli.run_cancel`: the run and
+its Prefect flow runs are marked cancelled, the bundle of what finished is written, one line says
+what was kept) and a second one exits at once; at any other moment one line says what the
+interruption left behind. A run with failed ops still writes its bundle (marked partial) and
+names the first failed op and its error.
 
 Trace ids: `<workflow>-<binding>-s<seed>-u<users>`, with `-2`, `-3`, … appended when the ledger
 already holds that id, unless `--trace-id` is given.
@@ -40,6 +47,7 @@ from rich.console import Console
 from rich.table import Table
 
 from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir, print_error
+from maserve_prefect.cli.interrupt import EXIT_INTERRUPTED, exit_now, interruptible
 from maserve_prefect.engines.target import EngineTarget
 from maserve_prefect.engines.target import parse_engine as parse_target
 from maserve_prefect.errors import ConfigError, MaserveError
@@ -47,6 +55,7 @@ from maserve_prefect.errors import ConfigError, MaserveError
 if TYPE_CHECKING:
     from maserve_prefect.taskrunner.native import NativeRun
     from maserve_prefect.trace.ledger import Ledger
+    from maserve_prefect.trace.model import OpRecord, Trace
 
 # Seconds `maserve run` waits for Prefect to record every task run the ledger holds.
 DEFAULT_WAIT_S = 120.0
@@ -97,8 +106,8 @@ def _quiet_prefect(verbose: bool) -> Iterator[None]:
     """Prefect logs every flow and task run at INFO; keep the console for the summary."""
     logger = logging.getLogger("prefect")
     old = logger.level
-    if not verbose:
-        logger.setLevel(logging.WARNING)
+    if not verbose:  # a failed op is reported once, by the summary, never as Prefect tracebacks
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
@@ -154,6 +163,7 @@ def run_cmd(
 ) -> None:
     """Realize N roots of a workflow, write the trace bundle and print a summary."""
     from maserve_prefect import prefect_server
+    from maserve_prefect.cli.run_cancel import record_cancelled
     from maserve_prefect.engines.poolfile import load_pool_file
     from maserve_prefect.spec.binding import get_binding
     from maserve_prefect.taskrunner.native import get_workflow, list_workflows, run_native
@@ -161,6 +171,7 @@ def run_cmd(
     from maserve_prefect.trace.runs import RunStatus
 
     console = Console()
+    stage = "before the run started; nothing was recorded"  # what a Ctrl-C now leaves behind
     try:
         if list_:
             for name in list_workflows():
@@ -188,27 +199,103 @@ def run_cmd(
             server = prefect_server.ensure_server()
         with open_ledger(ledger_url) as ledger, prefect_server.connected(server):
             tid = trace_id or unique_trace_id(ledger, f"{wf.name}-{b.binding_id}-s{seed}-u{users}")
-            with console.status(f"running {users} root(s) of {wf.name}…"), _quiet_prefect(verbose):
+            with (
+                interruptible() as stop,
+                console.status(f"running {users} root(s) of {wf.name}…"),
+                _quiet_prefect(verbose),
+            ):
                 run = run_native(
                     wf, b, users=users, seed=seed, pool=pool_file, ledger=ledger,
                     arrival_rate=arrival_rate, trace_id=tid, engine=target,
-                    content_source=content,
+                    content_source=content, cancel=stop,
                 )  # fmt: skip
-            failed = any(r.error for r in run.roots)
+                if run.cancelled:  # Ctrl-C: a second one still exits at once
+                    report = record_cancelled(
+                        ledger, tid, dest, force=force, flow_run_ids=run.flow_run_ids
+                    )
+                    Console(stderr=True).print(report.line(), highlight=False, soft_wrap=True)
+                    exit_now(EXIT_INTERRUPTED)
+            failed_op = first_failed_op(run.trace)
+            failed = failed_op is not None or any(r.error for r in run.roots)
             ledger.finish_run(tid, RunStatus.FAILED if failed else RunStatus.COMPLETED)
+            stage = (
+                f"after run {tid} was recorded; write its bundle with "
+                f"`maserve trace export --run {tid} --ledger-only`"
+            )
             written = export_bundle(ledger.load_trace(tid), ledger.cas, dest, overwrite=force)
-            console.print(f"trace {tid} → {written}  (Prefect API {server.url})", highlight=False)
+            stage = f"while waiting for Prefect; run {tid} and its bundle {written} are complete"
+            partial = " (partial: ops failed)" if failed else ""
+            console.print(
+                f"trace {tid} → {written}{partial}  (Prefect API {server.url})", highlight=False
+            )
             print_summary(console, run)
+            if failed_op is not None:
+                print_failure(run.trace, failed_op, hint=not allow_failures)
             _await_prefect(console, ledger, tid, wait)
+            if failed and not allow_failures:
+                if failed_op is None:  # a root failed outside any op
+                    bad = next(r for r in run.roots if r.error)
+                    print_error(
+                        f"root {bad.root_id} failed: {bad.error}; pass --allow-failures to exit 0"
+                    )
+                raise typer.Exit(code=EXIT_FAILED_WORK)  # the line above says why
     except MaserveError as exc:
         fail(str(exc))
-    bad = [r for r in run.roots if r.error]
-    if bad and not allow_failures:
-        fail(
-            f"{len(bad)} of {len(run.roots)} roots failed (first: {bad[0].root_id}: "
-            f"{bad[0].error}); the bundle is written; pass --allow-failures to exit 0",
-            code=EXIT_FAILED_WORK,
-        )
+    except KeyboardInterrupt:  # outside the run itself (there Ctrl-C cancels, see above)
+        _interrupted(stage)
+    except Exception as exc:
+        if not caused_by_interrupt(exc):
+            raise
+        _interrupted(stage)
+
+
+def _interrupted(stage: str) -> NoReturn:
+    Console(stderr=True).print(f"interrupted {stage}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=EXIT_INTERRUPTED)
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` wraps a Ctrl-C (a library that catches every exception, e.g. pydantic's
+    serializer, re-raises `KeyboardInterrupt` as its own error)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        # pydantic-core's serializer keeps only the text of what its callback raised
+        if type(cur).__name__ == "PydanticSerializationError" and "KeyboardInterrupt" in str(cur):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def first_failed_op(trace: Trace) -> OpRecord | None:
+    """The failed op that ended first (its last attempt), or None when none failed."""
+    from maserve_prefect.trace.model import OpStatus
+
+    latest = trace.op_index()
+    failed = [op for op in latest.values() if op.status is OpStatus.FAILED]
+    if not failed:
+        return None
+    return min(failed, key=lambda op: (op.times.completed_s or 0.0, op.op_id))
+
+
+def print_failure(trace: Trace, op: OpRecord, *, hint: bool = False) -> None:
+    """One red line: how many ops failed or never started, and the first failure's error (with
+    `hint`, how to exit 0 anyway)."""
+    from maserve_prefect.trace.model import OpStatus
+
+    latest = trace.op_index().values()
+    num_failed = sum(1 for o in latest if o.status is OpStatus.FAILED)
+    num_skipped = sum(1 for o in latest if o.status is OpStatus.SKIPPED)
+    Console(stderr=True).print(
+        f"[bold red]error:[/] {num_failed} op(s) failed and {num_skipped} never started; the "
+        f"first failure: op {op.op_id} (attempt {op.attempt}): {op.error or 'no error recorded'}"
+        + ("; pass --allow-failures to exit 0" if hint else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _await_prefect(console: Console, ledger: Ledger, trace_id: str, wait_s: float) -> None:
@@ -257,6 +344,7 @@ def print_summary(console: Console, run: NativeRun) -> None:
     """Roots, ops by kind, tokens, root latency percentiles, graph shape and task quality."""
     from maserve_prefect.metrics.graph import trace_graph_summary
     from maserve_prefect.spec.binding import summarize_quality
+    from maserve_prefect.trace.model import OpStatus
 
     trace = run.trace
     done = [r for r in run.roots if r.error is None]
@@ -294,5 +382,9 @@ def print_summary(console: Console, run: NativeRun) -> None:
             "[dim]note: simulator answers are synthetic text, so task quality is not "
             "meaningful here[/]"
         )
+    latest = trace.op_index().values()
     for r in [r for r in run.roots if r.error][:SHOWN_ERRORS]:
-        console.print(f"[red]root {r.root_id} failed:[/] {r.error}", highlight=False)
+        # The root's own failed op says why; Prefect's flow-level error only says "not ready".
+        ops = [o for o in latest if o.root_id == r.root_id and o.status is OpStatus.FAILED]
+        why = f"op {ops[0].op_id}: {ops[0].error}" if ops else r.error
+        console.print(f"[red]root {r.root_id} failed:[/] {why}", highlight=False)

@@ -29,6 +29,7 @@ from maserve_prefect.trace.model import Trace
 
 if TYPE_CHECKING:
     from maserve_prefect.metrics.graph import GraphStats
+    from maserve_prefect.trace.ledger import Ledger
     from maserve_prefect.trace.mooncake import RejectedRow
 
 app = typer.Typer(no_args_is_help=True)
@@ -241,13 +242,25 @@ def export_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing bundle at the destination.")
     ] = False,
+    ledger_only: Annotated[
+        bool,
+        typer.Option(
+            "--ledger-only",
+            help="With --run: write the ledger's record alone, without Prefect (the default "
+            "for a cancelled or crashed run).",
+        ),
+    ] = False,
 ) -> None:
-    """Assemble a trace from Prefect's run history plus the ledger; check they agree; write it."""
+    """Assemble a trace from Prefect's run history plus the ledger; check they agree; write it.
+
+    A run that was cancelled or crashed is exported from the ledger alone: its finished ops,
+    the manifest noting it is partial (Prefect never finished those flow runs)."""
     from maserve_prefect import prefect_server
     from maserve_prefect.cli.run_cmd import open_ledger
     from maserve_prefect.settings import get_settings, private_dir
     from maserve_prefect.trace.bundle import export_bundle
     from maserve_prefect.trace.prefect_export import export_from_prefect, wait_for_prefect
+    from maserve_prefect.trace.runs import RunStatus
 
     console = Console()
     try:
@@ -255,6 +268,14 @@ def export_cmd(
             raise ConfigError("give exactly one of --flow-run ID or --run TRACE_ID")
         if out is not None:
             check_out_dir(out, "--out")
+        if run is not None:
+            with open_ledger(ledger_url) as ledger:
+                status = {r.trace_id: r.status for r in ledger.list_runs()}.get(run)
+                if ledger_only or status in (RunStatus.CANCELLED, RunStatus.CRASHED):
+                    _export_ledger_only(console, ledger, run, out, force)
+                    return
+        elif ledger_only:
+            raise ConfigError("--ledger-only exports a whole run: give --run TRACE_ID")
         server = prefect_server.ensure_server()
         with open_ledger(ledger_url) as ledger, prefect_server.connected(server):
             trace_ids = [run] if run is not None else ledger.runs_of_flow_run(str(flow_run))
@@ -285,4 +306,26 @@ def export_cmd(
             highlight=False,
         )
     console.print(_totals_table(result.trace))
+    console.print(f"bundle written to {written}", highlight=False, soft_wrap=True)
+
+
+def _export_ledger_only(
+    console: Console, ledger: Ledger, trace_id: str, out: Path | None, force: bool
+) -> None:
+    """Write the ledger's record of `trace_id` (whatever its status) as a bundle."""
+    from maserve_prefect.settings import get_settings
+    from maserve_prefect.trace.bundle import export_bundle
+    from maserve_prefect.trace.model import OpStatus
+
+    trace = ledger.load_trace(trace_id)
+    status = {r.trace_id: r.status for r in ledger.list_runs()}[trace_id]
+    dest = out or get_settings().home / "traces" / f"{trace_id}-ledger"
+    written = export_bundle(trace, ledger.cas, dest, overwrite=force)
+    done = sum(1 for op in trace.ops if op.status is OpStatus.COMPLETED)
+    console.print(
+        f"trace {trace_id} ({status.value}) from the ledger alone: {done} completed op(s), "
+        f"{len(trace.ops) - done} failed/skipped/incomplete",
+        highlight=False,
+    )
+    console.print(_totals_table(trace))
     console.print(f"bundle written to {written}", highlight=False, soft_wrap=True)

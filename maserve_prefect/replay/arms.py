@@ -153,9 +153,15 @@ def drain_engine(scenario: Scenario) -> DrainReport | None:
     target = parse_engine(scenario.engine)
     if target.is_sim:
         return None
-    from maserve_prefect.engines.openai.wall import drain_server
+    from maserve_prefect.engines.openai.wall import DRAIN_TIMEOUT_S, drain_server
 
-    return drain_server(target.base_url, **target.client_auth())
+    # Bounded by the arm's wall-clock limit (`--timeout`), as every wait of an arm is.
+    limit = scenario.wall_timeout_s()
+    return drain_server(
+        target.base_url,
+        timeout_s=min(DRAIN_TIMEOUT_S, limit or DRAIN_TIMEOUT_S),
+        **target.client_auth(),
+    )
 
 
 def lock_deadlines(scenario: Scenario, ts: TraceSet) -> LockedDeadlines:

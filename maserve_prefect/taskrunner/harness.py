@@ -102,6 +102,8 @@ class Harness:
         self._qualified: dict[Scope, Scope] = {}
         self._seen_scopes: set[Scope] = set()
         self.key = f"h{next(_KEYS)}"
+        self._cancelled = threading.Event()
+        self.flow_run_ids: list[str] = []  # the run's root flow runs, in start order
         if ledger is not None:
             ledger.begin_run(manifest)
 
@@ -118,6 +120,23 @@ class Harness:
     @property
     def trace_id(self) -> str:
         return self.manifest.trace_id
+
+    # -- cancellation ----------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the run was cancelled: the task runner starts no further op (each is
+        recorded skipped) and an op that fails from now on is recorded incomplete."""
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Cancel the run (idempotent); in-flight engine calls end when the engine closes."""
+        self._cancelled.set()
+
+    def add_flow_run(self, flow_run_id: str) -> None:
+        """Note a root flow run of this run (so a cancelled run can cancel it in Prefect)."""
+        with self._lock:
+            self.flow_run_ids.append(flow_run_id)
 
     # -- hierarchy -------------------------------------------------------------------------
 
@@ -345,7 +364,11 @@ class Harness:
         op.failed_attempts = [
             (a.start_s, a.end_s, a.error or "failed") for a in outcome.attempts[:-1]
         ]
+        if len(outcome.attempts) > 1:  # retried: the recorded (last) attempt went out last
+            op.submitted_s = outcome.attempts[-1].start_s
         if outcome.status is not OutcomeStatus.COMPLETED:
+            # Completed only when the engine's outcome completed, whatever the op does next.
+            op.status = OpStatus.FAILED
             op.error = outcome.error or outcome.status.value
         return outcome
 

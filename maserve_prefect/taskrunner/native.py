@@ -54,6 +54,8 @@ class NativeRun:
     harness: Harness
     flow_run_ids: list[str] = field(default_factory=list)
     meaningful_quality: bool = False
+    cancelled: bool = False
+    """The run was cancelled (`run_native(cancel=...)`): the trace holds what finished."""
 
 
 class WorkflowInfo(Protocol):

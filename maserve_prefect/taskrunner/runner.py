@@ -22,9 +22,13 @@ What it does differently from Prefect's ThreadPoolTaskRunner:
   ready / submitted / completed times come from the harness clock (a non-model op is submitted
   when its body starts on a worker or goes to the inner runner, a model op when the dispatcher
   hands it to a replica); each finished op is appended to the ledger synchronously, linked to
-  its Prefect task run. Task runs are named by op id (on a shallow copy of the task:
-  `Task.with_options` re-reads the function's source per call and was most of the runner's
-  per-op cost) and carry no tags.
+  its Prefect task run. An op is recorded `completed` only when its task run completed and its
+  engine outcome did; one Prefect never started (NotReady: a predecessor failed) is `skipped`,
+  naming that predecessor, with no submission time. Once the harness is cancelled
+  (`Harness.cancel`, Ctrl-C on `maserve run`) no further op starts (each is recorded `skipped`)
+  and an op that fails from then on is recorded `incomplete`. Task runs are named by op id (on
+  a shallow copy of the task: `Task.with_options` re-reads the function's source per call and
+  was most of the runner's per-op cost) and carry no tags.
 - **Virtual time in lockstep.** Under a `VirtualGate`, the flow thread and each running op are
   gate participants: a future's `wait`/`result` blocks through the gate, so virtual time advances
   only when everything started is finished or waiting on the clock.
@@ -58,7 +62,7 @@ from typing import Any, Self
 from prefect._internal.uuid7 import uuid7
 from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture
-from prefect.states import Failed
+from prefect.states import Cancelled, Failed
 from prefect.task_runners import TaskRunner
 from prefect.utilities.annotations import quote
 from prefect.utilities.collections import visit_collection
@@ -398,6 +402,11 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
 
     def _release(self, node: OpNode) -> None:
         harness = self._harness
+        if harness is not None and harness.cancelled:
+            harness.gate.admit()  # `_complete` leaves the gate for it
+            msg = f"op {node.op.op_id}: not started, the run was cancelled"
+            self._complete(node, Cancelled(message=msg), node.task_run_id)
+            return
         if harness is not None:
             harness.gate.admit()  # counted before the giver (an upstream op or the flow) leaves
             node.op.ready_s = harness.gate.now()
@@ -441,6 +450,9 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         mark_participant(harness is not None)
         state: Any = None
         try:
+            if harness is not None and harness.cancelled:  # queued before the run was cancelled
+                state = Cancelled(message=f"op {node.op.op_id}: not started, the run was cancelled")
+                return
             self._mark_started(node)
             with running(node.op), bound(harness) if harness is not None else _NO_HARNESS:
                 state = run_task_sync(
@@ -478,9 +490,7 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
         try:
             if harness is not None:
                 node.op.completed_s = harness.gate.now()
-                if state is None or state.is_failed() or state.is_crashed():
-                    node.op.status = OpStatus.FAILED
-                    node.op.error = node.op.error or (str(state.message) if state else "no state")
+                _settle_status(node, state, cancelled=harness.cancelled)
                 try:
                     harness.finish(
                         node.op, flow_run_id=node.flow_run_id, task_run_id=str(task_run_id)
@@ -501,6 +511,40 @@ class MAServeTaskRunner(TaskRunner[MAServeFuture]):
                 self._upstream_done(d)  # released (admitted) before this op leaves the gate
             if harness is not None:
                 harness.gate.leave()
+
+
+def _settle_status(node: OpNode, state: Any, *, cancelled: bool) -> None:
+    """The op's recorded status from its Prefect state: completed only when the task run
+    completed (and nothing inside it, e.g. the engine's outcome, said otherwise); an op Prefect
+    never started (NotReady: a predecessor did not complete) is skipped, naming that predecessor
+    and without a submission time."""
+    op = node.op
+    if state is not None and state.is_completed():
+        return  # `op.status` stays what the op set (FAILED when its engine outcome failed)
+    if state is None or state.is_failed() or state.is_crashed():
+        op.status = OpStatus.FAILED
+        op.error = op.error or (str(state.message) if state else "no state")
+        if cancelled:
+            op.status = OpStatus.INCOMPLETE
+            op.error = f"cancelled while running ({op.error})"
+        return
+    op.status = OpStatus.SKIPPED
+    op.submitted_s = op.completed_s = None
+    if cancelled and not state.is_pending():
+        op.error = "never started: the run was cancelled"
+        return
+    upstream = [u.op for u in node.upstream if u.op.status is not OpStatus.COMPLETED]
+    if upstream:
+        first = upstream[0]
+        op.error = (
+            f"never started: upstream op {first.op_id} {first.status.value}"
+            + (f" ({first.error})" if first.error else "")
+            + f" [Prefect: {state.name}]"
+        )
+    elif cancelled:
+        op.error = "never started: the run was cancelled"
+    else:
+        op.error = f"never started [Prefect: {state.name}: {state.message}]"
 
 
 def _param(node: OpNode, name: str) -> Any:

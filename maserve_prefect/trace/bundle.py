@@ -15,7 +15,9 @@ left out, and Prefect run ids are not part of records. So export → import → 
 byte-identical, and two deterministic runs give byte-identical bundles.
 
 Export writes into a temp folder next to the destination and renames it into place: a bundle
-is whole or absent. Import checks every line with pydantic (errors name file and line), refuses
+is whole or absent. Without `overwrite` the rename never replaces a bundle, even one another
+process wrote meanwhile (two imports racing for one destination: one wins, the other gets
+`BundleExistsError`). Import checks every line with pydantic (errors name file and line), refuses
 unknown formats and schema versions, verifies every blob's hash, checks the header's counts
 (a truncated file is caught), and validates the trace (`trace.validate`) with op line numbers.
 
@@ -32,6 +34,8 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -168,7 +172,7 @@ def export_bundle(trace: Trace, store: BlobStore, dest: Path, *, overwrite: bool
     if dest.exists() and not overwrite and (not dest.is_dir() or any(dest.iterdir())):
         raise BundleExistsError(
             f"{dest} already exists and is not an empty folder; choose another destination "
-            f"or pass --force to replace it (overwrite=True from Python)"
+            f"or pass --force (overwrite=True) to replace it"
         )
     validate_trace(trace, store)
     canon = canonical_trace(trace)
@@ -188,7 +192,10 @@ def export_bundle(trace: Trace, store: BlobStore, dest: Path, *, overwrite: bool
         (tmp / BLOB_DIR).mkdir()
         for digest in digests:
             _write_durably(tmp / BLOB_DIR / digest[:2] / digest, store.get(digest))
-        _swap_into_place(tmp, dest)
+        if overwrite:
+            _swap_into_place(tmp, dest)
+        else:
+            _rename_if_absent(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -419,6 +426,31 @@ def _write_durably(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _rename_if_absent(tmp: Path, dest: Path) -> None:
+    """Rename the finished `tmp` folder to `dest` unless a bundle got there first.
+
+    `rename(2)` of a folder onto a non-empty folder fails (ENOTEMPTY / EEXIST), onto a file
+    fails (ENOTDIR), and onto an empty folder replaces it: two writers racing for one `dest`
+    both get past the early check, and exactly one rename wins.
+
+    Raises:
+        BundleExistsError: another bundle (or a file) took `dest` meanwhile.
+    """
+    if dest.is_dir():
+        with contextlib.suppress(OSError):
+            dest.rmdir()  # empty counts as absent; a full one stays and the rename fails
+    try:
+        os.rename(tmp, dest)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise
+        raise BundleExistsError(
+            f"{dest} was written by another process while this bundle was being built; "
+            "choose another destination or pass --force to replace it"
+        ) from None
+    fsync_dir(dest.parent)
 
 
 def _swap_into_place(tmp: Path, dest: Path) -> None:

@@ -61,6 +61,7 @@ from maserve_prefect.trace.model import (
     StageRecord,
     Trace,
 )
+from maserve_prefect.trace.owner import current_owner, owner_alive
 from maserve_prefect.trace.runs import PrefectLink, RunInfo, RunStatus
 from maserve_prefect.trace.tables import (
     OpRow,
@@ -78,6 +79,11 @@ from maserve_prefect.trace.tables import (
 )
 
 __all__ = ["Ledger", "PrefectLink", "RunInfo", "RunStatus", "SampleLike"]
+
+# A finished run whose trace holds only what finished: `load_trace` notes it in the manifest.
+PARTIAL_STATUSES = frozenset(
+    {RunStatus.FAILED.value, RunStatus.CANCELLED.value, RunStatus.CRASHED.value}
+)
 
 
 class Ledger:
@@ -98,6 +104,8 @@ class Ledger:
         upgrade_tables(self.engine)
         self.cas = cas
         self._lock = threading.RLock()
+        self.crashed = self.mark_crashed_runs()
+        """Runs this ledger found running without a live owner and marked crashed on opening."""
 
     @classmethod
     def from_settings(cls) -> Ledger:
@@ -142,6 +150,7 @@ class Ledger:
                     status=RunStatus.RUNNING.value,
                     source=manifest.source,
                     flow_run_id=flow_run_id,
+                    owner=current_owner(),
                 )
             )
 
@@ -153,6 +162,24 @@ class Ledger:
             row.status = status.value
             row.finished_at = datetime.now(UTC).isoformat() if status.is_finished else None
             session.add(row)
+
+    def mark_crashed_runs(self) -> list[str]:
+        """Mark `crashed` every run still `running` whose owner process is gone; return them.
+
+        A run's owner (`trace.owner`) is recorded by `begin_run`; a run on another host, or
+        recorded before owners were, is left as it is (nothing here can tell).
+        """
+        with self._write("crashed runs") as session:
+            rows = session.exec(
+                select(RunRow).where(RunRow.status == RunStatus.RUNNING.value)
+            ).all()
+            crashed = [r for r in rows if r.owner and owner_alive(r.owner) is False]
+            now = datetime.now(UTC).isoformat()
+            for row in crashed:
+                row.status = RunStatus.CRASHED.value
+                row.finished_at = now
+                session.add(row)
+            return [r.trace_id for r in crashed]
 
     def add_root(self, trace_id: str, root: RootRecord) -> None:
         """Record a root task instance of the run."""
@@ -405,8 +432,13 @@ class Ledger:
                 .where(SampleRow.trace_id == trace_id)
                 .order_by(col(SampleRow.id))
             ).all()
+            manifest = Manifest.model_validate_json(run.manifest_json)
+            if run.status in PARTIAL_STATUSES:  # the bundle says it holds only what finished
+                manifest = manifest.model_copy(
+                    update={"notes": {**manifest.notes, "partial": run.status}}
+                )
             return Trace(
-                manifest=Manifest.model_validate_json(run.manifest_json),
+                manifest=manifest,
                 roots=[RootRecord.model_validate_json(j) for j in records(RootRow)],
                 stages=[StageRecord.model_validate_json(j) for j in records(StageRow)],
                 sessions=[SessionRecord.model_validate_json(j) for j in records(SessionRow)],

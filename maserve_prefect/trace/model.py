@@ -63,6 +63,9 @@ class OpStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     INCOMPLETE = "incomplete"
+    SKIPPED = "skipped"
+    """Never started: a predecessor failed (Prefect's NotReady) or the run was cancelled first;
+    `error` says which."""
 
 
 class _Record(BaseModel):

@@ -51,6 +51,7 @@ Edge = tuple[str, str, EdgeKind]
 """(upstream op id, downstream op id, kind) — data or control."""
 
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
+NOT_STARTED = "PENDING"  # the state type of Prefect's NotReady (an upstream task run failed)
 _PAGE = 200  # Prefect's default maximum page size
 _MAX_SHOWN = 5  # edges / ids quoted per category in a mismatch message
 
@@ -171,7 +172,8 @@ class PrefectExport:
                 f"Prefect and the ledger disagree on run {self.trace.manifest.trace_id!r} "
                 f"(flow runs {', '.join(self.flow_run_ids)}):\n{self.agreement.describe()}\n"
                 f"if Prefect is still recording, wait and retry; otherwise the ledger is the "
-                f"source of truth (`maserve trace` reads it directly)"
+                f"source of truth (`maserve trace export --run "
+                f"{self.trace.manifest.trace_id} --ledger-only` writes its record alone)"
             )
 
 
@@ -270,8 +272,17 @@ def _prefect_edges(task_runs: Iterable[PrefectTaskRun], op_of: dict[str, str]) -
     return edges
 
 
-def _status_of(state: str | None) -> OpStatus:
-    """An op's status as Prefect's state for its task run implies (None: no task run)."""
+def _settled(tr: PrefectTaskRun, op: OpRecord) -> bool:
+    """Whether Prefect is done with the task run: a final state, or the NotReady (PENDING) state
+    Prefect leaves on a task run it never started because an upstream one failed."""
+    return tr.is_final or (op.status is OpStatus.SKIPPED and tr.state == NOT_STARTED)
+
+
+def _status_of(state: str | None, recorded: OpStatus | None = None) -> OpStatus:
+    """An op's status as Prefect's state for its task run implies (None: no task run); a task
+    run Prefect left PENDING is an op the ledger recorded as skipped."""
+    if recorded is OpStatus.SKIPPED and state == NOT_STARTED:
+        return OpStatus.SKIPPED
     if state == "COMPLETED":
         return OpStatus.COMPLETED
     if state in FINAL_STATES:
@@ -302,9 +313,9 @@ def compare(
         tr = task_runs.get(task_of.get(op_id, ""))
         if tr is None:
             continue
-        if not tr.is_final:
+        if not _settled(tr, op):
             unfinished.append(op_id)
-        elif _status_of(tr.state) is not op.status:
+        elif _status_of(tr.state, op.status) is not op.status:
             mismatch.append((op_id, op.status.value, tr.state))
     mine = ledger_edges(latest.values())
     carried = _prefect_edges(task_runs.values(), op_of)
@@ -385,7 +396,7 @@ def export_from_prefect(
     for op in ops:
         deps = tuple(d for d in op.deps if d.op_id in in_scope)
         dropped += len(op.deps) - len(deps)
-        status = _status_of(state_of.get(op.op_id))
+        status = _status_of(state_of.get(op.op_id), op.status)
         kept.append(op.model_copy(update={"deps": deps, "status": status}))
     roots = {op.root_id for op in kept}
     trace = Trace(
@@ -416,6 +427,13 @@ def wait_for_prefect(
     links = [lk for lk in ledger.prefect_links(trace_id) if lk.task_run_id is not None]
     expected = {str(lk.task_run_id) for lk in links}
     flow_runs = {lk.flow_run_id for lk in links if lk.flow_run_id}
+    skipped = {
+        (op.op_id, op.attempt)
+        for op in ledger.load_trace(trace_id).ops
+        if op.status is OpStatus.SKIPPED
+    }
+    # Prefect leaves a task run it never started (NotReady) PENDING: settled for a skipped op.
+    pending_ok = {str(lk.task_run_id) for lk in links if (lk.op_id, lk.attempt) in skipped}
     t0 = time.monotonic()
     with _client(client) as c:
         while True:
@@ -424,7 +442,10 @@ def wait_for_prefect(
             progress = SyncProgress(
                 num_expected=len(expected),
                 num_recorded=len(recorded),
-                num_final=sum(tr.is_final for tr in recorded),
+                num_final=sum(
+                    tr.is_final or (tr.task_run_id in pending_ok and tr.state == NOT_STARTED)
+                    for tr in recorded
+                ),
                 waited_s=time.monotonic() - t0,
             )
             if on_poll is not None:

@@ -25,6 +25,8 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    CRASHED = "crashed"
+    """Found running with no live owner process (killed, or the machine went down)."""
 
     @property
     def is_finished(self) -> bool:

@@ -50,6 +50,8 @@ class RunBase(SQLModel):
     source: str = "native"
     flow_run_id: str | None = Field(default=None, index=True)
     finished_at: str | None = None
+    owner: str | None = None
+    """The process recording the run (`trace.owner`), so a run left running is found crashed."""
 
 
 class RunRow(RunBase, table=True):
@@ -230,7 +232,10 @@ LEDGER_TABLES: tuple[type[SQLModel], ...] = (
 )
 """Every ledger table, parents first (the order `create_all` / deletes rely on)."""
 
-ADDED_COLUMNS: tuple[tuple[type[SQLModel], str], ...] = ((OpRow, "tool_wall_s"),)
+ADDED_COLUMNS: tuple[tuple[type[SQLModel], str], ...] = (
+    (OpRow, "tool_wall_s"),
+    (RunRow, "owner"),
+)
 """`(table, column)` added after the table's first release, oldest first (see `upgrade_tables`)."""
 
 

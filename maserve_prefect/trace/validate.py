@@ -11,7 +11,8 @@ Invariants (DESIGN.md, Semantic Trace v1):
 - every stage, session and op names a recorded root;
 - every dependency names an op of the trace, and the op graph is acyclic (a cycle is reported
   with the ops on it, from `networkx.find_cycle`);
-- every data edge's predecessor has an output payload (its latest attempt's `output_ref`), and,
+- every data edge into a completed op has a predecessor with an output payload (its latest
+  attempt's `output_ref`; a failed or skipped op may have consumed nothing), and,
   when a store is given, every digest an op references is in the store.
 
 A retried op contributes every attempt's dependencies to the graph; data edges resolve to the
@@ -36,7 +37,7 @@ import networkx as nx
 
 from maserve_prefect.errors import TraceValidationError
 from maserve_prefect.trace.cas import BlobStore
-from maserve_prefect.trace.model import EdgeKind, OpRecord, Trace
+from maserve_prefect.trace.model import EdgeKind, OpRecord, OpStatus, Trace
 
 MAX_LISTED_PROBLEMS = 10
 
@@ -125,7 +126,11 @@ def find_problems(
                 )
                 continue
             graph.add_edge(dep.op_id, op.op_id)
-            if dep.kind is EdgeKind.DATA and latest[dep.op_id].output_ref is None:
+            if (
+                dep.kind is EdgeKind.DATA
+                and op.status is OpStatus.COMPLETED  # a failed or skipped op may lack inputs
+                and latest[dep.op_id].output_ref is None
+            ):
                 problems.append(
                     at(op, f"has a data dependency on {dep.op_id!r}, which has no output payload")
                 )

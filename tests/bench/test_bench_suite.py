@@ -174,7 +174,7 @@ def test_every_shipped_suite_loads_as_its_kind_and_says_its_kind() -> None:
     for path in find_suites(SHIPPED):  # shipped files write their kind out
         assert "kind" in yaml.safe_load(path.read_text()), path.name
     pool = load_suite(SHIPPED / "pool_hetero.yaml")
-    assert pool.scale_names() == ("demo", "medium", "full", "full-headline")
+    assert pool.scale_names() == ("demo", "medium", "full", "full-headline", "pressure")
     assert load_suite(SHIPPED / "hear_mooncake.yaml").scale_names() == ("demo", "full")
 
 

@@ -91,3 +91,37 @@ def test_start_reuse_status_stop(home: Path) -> None:
     assert status_json(home)["running"] is False
     with pytest.raises(ProcessLookupError):
         os.killpg(int(str(info["pid"])), 0)  # the whole process group is gone
+
+
+@pytest.mark.slow
+def test_two_commands_starting_at_once_share_one_server_and_stop_ends_it(home: Path) -> None:
+    """Two processes that start the server of one fresh home together: the home's lock lets one
+    start it, the other waits and finds it running; `stop` then leaves no server behind."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pathlib import Path; from maserve_prefect import prefect_server; "
+        "print(prefect_server.start(Path(sys.argv[1]), timeout_s=120).pid)"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(home)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    pids = {int(out.strip()) for out, _ in outputs}
+    assert len(pids) == 1, f"two servers started: {pids}"
+    (pid,) = pids
+    assert status_json(home)["pid"] == pid
+
+    result = runner.invoke(app, ["stop", "--home", str(home)])
+    assert result.exit_code == 0, result.output
+    assert status_json(home)["running"] is False
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)

@@ -21,6 +21,8 @@ from maserve_prefect.trace.model import (
 )
 
 runner = CliRunner()
+# The `maserve` console script, run by this interpreter (the checkout under test).
+MAIN = "import sys; from maserve_prefect.cli import main; sys.argv[0] = 'maserve'; main()"
 
 
 def table_row(output: str, first_cell: str) -> list[str]:
@@ -136,3 +138,44 @@ def test_stats_on_missing_bundle_is_a_clean_error(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "no such file" in result.output
     assert "Traceback" not in result.output
+
+
+def test_concurrent_imports_to_one_destination_one_wins(tmp_path: Path) -> None:
+    """Two `maserve trace import-mooncake` of files with the same stem, started together in
+    separate processes: exactly one writes the bundle, the other fails with one clear line and
+    replaces nothing (with or without the race window hit, never both exit 0)."""
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    sources = []
+    for name, n_in in (("a", 600), ("b", 900)):
+        folder = tmp_path / name
+        folder.mkdir()
+        src = folder / "same.jsonl"
+        src.write_text("".join(row(ts, n_in) + "\n" for ts in range(0, 4000, 10)))
+        sources.append(src)
+    env = {**os.environ, "MASERVE_HOME": str(home)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MAIN, "trace", "import-mooncake", str(src)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for src in sources
+    ]
+    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 1], results
+    _, _, err = next(r for r in results if r[0] == 1)
+    assert "Traceback" not in err
+    assert "already exists" in err or "written by another process" in err
+    assert "--force" in err
+    bundle = import_bundle(home / "traces" / "same").trace
+    winner = next(i for i, r in enumerate(results) if r[0] == 0)
+    assert bundle.ops[0].num_input_tokens == (600, 900)[winner]
+    # no temporary folder left behind
+    assert [p.name for p in (home / "traces").iterdir()] == ["same"]

@@ -182,6 +182,36 @@ def test_no_prefetch_while_ready_work_is_blocked() -> None:
     assert all(not ld.prefetch for ld in d.loads)
 
 
+def _second_copy_case(v100_holds_idle_14b: bool) -> Decisions:
+    """a (8B) runs on m8 and releases in 10 s; thirty 8B successors need more KV than m8 has.
+    The A100 has no room for a second 8B copy (m8 and an idle 4B copy fill it)."""
+    a = make_unit("a", "Qwen3-8B", n_out=4000, succs=[f"b{i}" for i in range(30)])
+    bs = [make_unit(f"b{i}", "Qwen3-8B", preds=["a"], n_in=3000, n_out=1000) for i in range(30)]
+    running = ActiveRequest("a", 200, 4000, 0.0, 90.0)
+    reps = [
+        make_replica("m8", "Qwen3-8B", "A100-40GB:0", active=(running,)),
+        make_replica("x4", "Qwen3-4B", "A100-40GB:0"),
+    ]
+    if v100_holds_idle_14b:  # idle, and no work in the window needs it
+        reps.append(make_replica("x14", "Qwen3-14B", "V100-32GB:0"))
+    state = make_pool(["A100-40GB:0", "V100-32GB:0"], *reps, now=80.0)
+    status = {"a": RUN, **{b.unit_id: P for b in bs}}
+    started = {"a": 80.0 - best_runtime(a) + 10.0}
+    return JOINT.plan(make_pool_snapshot(state, [a, *bs], status, started=started))
+
+
+def test_a_second_copy_is_prefetched_only_into_free_memory() -> None:
+    free = _second_copy_case(v100_holds_idle_14b=False)
+    assert [(ld.deployment, ld.device, ld.prefetch, ld.after) for ld in free.loads] == [
+        ("Qwen3-8B", "V100-32GB:0", True, ())
+    ]
+    assert len(free.loads[0].units) == 30
+    # the same demand, but the only room is an idle replica of another model: a speculative
+    # second copy never reclaims (under Poisson that swapped copies back and forth)
+    held = _second_copy_case(v100_holds_idle_14b=True)
+    assert held.loads == () and held.unloads == ()
+
+
 # -- property: memory at every predicted transition, leases, batch limits ----------------------
 
 

@@ -9,11 +9,15 @@ tests/integration/test_real_scenario.py.
 from __future__ import annotations
 
 import json
+import math
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
+import httpx
 import pytest
 
 from maserve_prefect.engines.openai.wall import DrainReport, drain_server
@@ -114,3 +118,66 @@ def test_a_server_without_request_gauges_has_unknown_idleness(server: _Server) -
     assert report == DrainReport(None, True, report.waited_s,
                                  "the server exposes no vllm:num_requests_* gauges")  # fmt: skip
     assert report.describe().startswith("idleness unknown; prefix cache reset")
+
+
+@pytest.fixture
+def silent_url() -> Iterator[str]:
+    """A server that accepts connections (the kernel completes the handshake) and never answers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+def test_a_server_that_never_answers_holds_the_drain_its_timeout_not_more(
+    silent_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every HTTP wait of the drain comes out of one budget: the timeouts it gives its requests
+    add up to `timeout_s` (plus the floor of the last one), not one full timeout per request."""
+    given: list[float] = []
+    real_request = httpx.Client.request
+
+    def request(self: httpx.Client, method: str, url: object, **kw: Any) -> httpx.Response:
+        timeout = kw.get("timeout", self.timeout)
+        read = timeout if isinstance(timeout, float | int) else self.timeout.read
+        given.append(float(read if read is not None else math.inf))
+        return real_request(self, method, url, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(httpx.Client, "request", request)
+    box: list[DrainReport] = []
+    budget = 0.4
+    worker = threading.Thread(target=lambda: box.append(drain_server(silent_url, timeout_s=budget)))
+    worker.start()
+    worker.join(60.0)  # a bound on the test, far above the budget
+    assert not worker.is_alive() and box
+    report = box[0]
+    assert (report.idle, report.prefix_cache_reset, report.drained) == (None, False, False)
+    assert "did not answer before the drain's deadline" in report.detail
+    assert len(given) == 2  # one scrape, one reset, each timing out
+    assert sum(given) <= budget + 0.1
+
+
+def test_the_pre_arm_drain_is_bounded_by_the_arm_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    import maserve_prefect.engines.openai.wall as wall
+    from maserve_prefect.replay.arms import drain_engine
+    from maserve_prefect.replay.scenario import Scenario
+
+    seen: list[float] = []
+
+    def fake_drain(base_url: str, *, timeout_s: float = wall.DRAIN_TIMEOUT_S) -> DrainReport:
+        seen.append(timeout_s)
+        return DrainReport(True, True, 0.0)
+
+    monkeypatch.setattr(wall, "drain_server", fake_drain)
+    spec = {
+        "name": "x",
+        "engine": "openai:http://127.0.0.1:9",
+        "cohorts": [{"name": "t", "bundle": "b"}],
+        "arms": [{"name": "dag"}],
+    }
+    drain_engine(Scenario.model_validate({**spec, "timeout_s": 10}))
+    drain_engine(Scenario.model_validate(spec))  # no --timeout: the default arm limit (1800 s)
+    assert seen == [10.0, wall.DRAIN_TIMEOUT_S]

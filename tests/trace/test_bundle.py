@@ -145,6 +145,32 @@ def test_bundle_is_self_describing_and_leaves_out_created_at(tmp_path: Path) -> 
     ] + ["op"] * 5 + ["sample"] * 2
 
 
+def test_a_bundle_written_meanwhile_is_never_replaced_without_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process writes the destination after this export's early check (validation is
+    where the window is widest): the rename refuses, the other bundle stays whole."""
+    import maserve_prefect.trace.bundle as bundle_mod
+
+    store = MemoryStore()
+    trace = make_trace(store)
+    dest = tmp_path / "b"
+    other = trace.model_copy(update={"samples": []})
+    real_validate = bundle_mod.validate_trace
+
+    def validate_while_another_writes(t: Trace, s: object) -> None:
+        real_validate(t, s)  # type: ignore[arg-type]
+        if not dest.exists():
+            monkeypatch.setattr(bundle_mod, "validate_trace", real_validate)
+            export_bundle(other, store, dest)
+
+    monkeypatch.setattr(bundle_mod, "validate_trace", validate_while_another_writes)
+    with pytest.raises(BundleExistsError, match=r"another process.*--force"):
+        export_bundle(trace, store, dest)
+    assert import_bundle(dest).trace.samples == []  # the other writer's bundle, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]  # no temp folders left
+
+
 def test_existing_destination_is_refused_unless_overwrite(tmp_path: Path) -> None:
     store = MemoryStore()
     trace = make_trace(store)

@@ -24,6 +24,7 @@ from sqlmodel import Session, func, select
 
 from maserve_prefect.trace.cas import ContentStore
 from maserve_prefect.trace.ledger import Ledger
+from maserve_prefect.trace.runs import RunStatus
 from maserve_prefect.trace.tables import EdgeRow, PayloadRefRow
 from maserve_prefect.trace.validate import validate_trace
 
@@ -101,7 +102,11 @@ def test_sigkill_after_n_appends_leaves_n_complete_ops(tmp_path: Path) -> None:
 
     cas = ContentStore(cas_dir)
     ledger = Ledger(url, cas)
+    # The killed writer's run is found crashed on opening, and its trace says it is partial.
+    assert ledger.crashed == ["crash"]
+    assert [r.status for r in ledger.list_runs()] == [RunStatus.CRASHED]
     trace = ledger.load_trace("crash")
+    assert trace.manifest.notes["partial"] == "crashed"
     num_ops = len(trace.ops)
     # Every append that returned is there; at most the one in flight when killed is extra.
     assert reported >= NUM_REPORTED

@@ -6,7 +6,7 @@ and which are its baselines and ablations, the goals, the predictors' training r
 scales to run at; the one suite loader (`bench.suite.load_suite`) parses it into a frozen
 `PoolSuite` and refuses a bad field or an unknown name with the file and field named. Running it is `bench.pool.suite`. The header fields (name, kind,
 description, schedule) are every suite's (`bench.suite_base`). Scales are named freely in the file
-(the shipped suite has demo, medium, full and full-headline).
+(the shipped suite has demo, medium, full, full-headline and pressure).
 
 `replicas` sizes every replica (`ReplicaSizing`; a scale may override it): by default one
 replica per GPU as vLLM runs it, at `gpu_memory_utilization` 0.9 with the KV cache from the

@@ -3,26 +3,27 @@
 One idea: lookups go user entry → shipped fit → datasheet + default efficiency.
 
 1. User entries `$MASERVE_HOME/devices/*.yaml` (default `~/.maserve`), written by
-   `maserve sim calibrate`: they may define a new device or override a built-in one.
+   `maserve sim device add` (a datasheet) or `maserve sim device calibrate` (a fit): they may
+   define a new device or override a built-in one.
 2. `data/device_efficiency.json` shipped in this package: efficiencies fitted on every profile
    in `../shared/data/profiles` by `benchmarks/step_time_wape.py --write`.
-3. The datasheet entry in `gpus.py` with `DEFAULT_EFFICIENCY` (or the shipped pooled default).
+3. The datasheet entry in `data/gpus.yaml` with the shipped pooled default efficiency.
 
 A device YAML file looks like::
 
     name: RTX PRO 6000 (lab)
+    aliases: [lab6000]
     base_gpu: RTX PRO 6000
     gpu: {memory_bytes: ..., peak_flops: ..., mem_bw_bytes_s: ..., interconnect_bytes_s: ...,
-          host_link_bytes_s: ..., interconnect: pcie}
-    efficiency: {linear_mem: 0.82, ...}
+          host_link_bytes_s: ..., interconnect: pcie, num_sms: ..., l2_bytes: ..., arch: sm120}
+    efficiency: {linear_mem: 0.82, ...}          # absent: the shipped pooled fit
     fit: {profile_dir: ..., num_rows: ..., held_out_wape: ...}   # informational
 """
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -38,6 +39,7 @@ from maserve_prefect.engines.catalog.gpus import (
     list_builtin_gpus,
     unknown_gpu_error,
 )
+from maserve_prefect.engines.catalog.home import user_devices_dir
 from maserve_prefect.errors import ConfigError
 
 SHIPPED_FIT = "device_efficiency.json"
@@ -58,16 +60,6 @@ class DeviceEntry:
     efficiency: DeviceEfficiency
     base_gpu: str | None = None
     fit: dict[str, Any] = field(default_factory=dict)
-
-
-def maserve_home() -> Path:
-    """`$MASERVE_HOME`, else `~/.maserve`."""
-    env = os.environ.get("MASERVE_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".maserve"
-
-
-def user_devices_dir() -> Path:
-    return maserve_home() / "devices"
 
 
 def shipped_fit_path() -> Path:
@@ -135,14 +127,26 @@ def load_device_file(path: Path) -> DeviceEntry:
         interconnect=str(raw_gpu.get("interconnect", base.interconnect if base else "pcie")),
         num_sms=_optional_gpu_count(raw_gpu, base, path, "num_sms"),
         l2_bytes=_optional_gpu_count(raw_gpu, base, path, "l2_bytes"),
+        arch=str(raw_gpu.get("arch", base.arch if base else "")),
+        source=str(raw_gpu.get("source", base.source if base else "")),
     )
     eff_raw = data.get("efficiency") or {}
     if not isinstance(eff_raw, dict):
         raise ConfigError(f"{path}: 'efficiency' must be a mapping")
     checked = DeviceEfficiency.from_dict(eff_raw, str(path)).to_dict()
     eff = default_efficiency().updated({key: checked[key] for key in eff_raw})
+    aliases = data.get("aliases") or []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise ConfigError(f"{path}: aliases must be a list of strings")
     fit = data.get("fit") or {}
-    return DeviceEntry(gpu, eff, base_name if isinstance(base_name, str) else None, dict(fit))
+    if not isinstance(fit, dict):
+        raise ConfigError(f"{path}: 'fit' must be a mapping")
+    return DeviceEntry(
+        replace(gpu, aliases=tuple(aliases)),
+        eff,
+        base_name if isinstance(base_name, str) else None,
+        dict(fit),
+    )
 
 
 _UNKNOWN_GPU = GpuSpec("unknown", 0, 0.0, 0.0, 0.0, 0.0)  # only for GpuSpec's field defaults
@@ -163,20 +167,23 @@ def _optional_gpu_count(raw_gpu: dict[str, Any], base: GpuSpec | None, path: Pat
     return value
 
 
-def write_device_file(entry: DeviceEntry, path: Path) -> Path:
-    """Write `entry` as YAML (creating parent folders); returns the path."""
+def write_device_file(entry: DeviceEntry, path: Path, efficiency: bool = True) -> Path:
+    """Write `entry` as YAML (creating parent folders, replacing atomically); returns the path.
+
+    `efficiency=False` leaves the factors out, so the device follows the shipped pooled fit
+    (what a datasheet-only device added with `maserve sim device add` wants)."""
     gpu = asdict(entry.gpu)
     gpu.pop("name")
-    gpu.pop("aliases")
-    doc = {
-        "name": entry.gpu.name,
-        "base_gpu": entry.base_gpu,
-        "gpu": gpu,
-        "efficiency": entry.efficiency.to_dict(),
-        "fit": entry.fit,
-    }
+    aliases = list(gpu.pop("aliases"))
+    doc: dict[str, Any] = {"name": entry.gpu.name, "aliases": aliases, "base_gpu": entry.base_gpu}
+    doc["gpu"] = gpu
+    if efficiency:
+        doc["efficiency"] = entry.efficiency.to_dict()
+    doc["fit"] = entry.fit
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
+    tmp.replace(path)
     return path
 
 
@@ -188,7 +195,8 @@ def user_devices() -> dict[str, DeviceEntry]:
     entries: dict[str, DeviceEntry] = {}
     for path in sorted(folder.glob("*.yaml")):
         entry = load_device_file(path)
-        entries[gpu_key(entry.gpu.name)] = entry
+        for alias in (entry.gpu.name, *entry.gpu.aliases):
+            entries[gpu_key(alias)] = entry
     return entries
 
 
@@ -199,8 +207,8 @@ def get_device(name: str) -> DeviceEntry:
         ConfigError: unknown name; the message lists the known devices.
 
     Examples:
-        >>> get_device("A100-80GB").gpu.peak_flops
-        312000000000000
+        >>> get_device("A100-80GB").gpu.peak_flops / 1e12
+        312.0
     """
     user = user_devices().get(gpu_key(name))
     if user is not None:
@@ -234,6 +242,6 @@ def list_gpus() -> list[str]:
     """Built-in device names followed by user-defined ones."""
     names = list_builtin_gpus()
     for entry in user_devices().values():
-        if builtin_gpu(entry.gpu.name) is None:
+        if builtin_gpu(entry.gpu.name) is None and entry.gpu.name not in names:
             names.append(entry.gpu.name)
     return names

@@ -3,10 +3,12 @@
 One idea, as vLLM computes it at start-up: the KV cache gets
 `gpu_memory_utilization * total - weights - peak activations - non-torch memory`.
 
-- weights: `ModelSpec.weight_bytes_per_rank(tp)`;
+- weights: `ModelSpec.weight_bytes_per_rank(tp)` (a mixture-of-experts model holds every
+  expert, though a token computes through `num_experts_per_tok` of them);
 - peak activations: vLLM profiles one forward pass of `max_num_batched_tokens` tokens; its
   peak is dominated by the MLP (gate/up output 2*I, activation output I, plus a few hidden-size
-  buffers: residual, normed input, QKV, attention output) and the fp32 logits of up to
+  buffers: residual, normed input, QKV, attention output; MoE: the active width `k * I_e`
+  plus the fused-MoE output `k * h`) and the fp32 logits of up to
   `max_num_seqs` sequences, i.e.
   `M * d * (3*I/tp + (4*h + (H+2*KV)*hd/tp)) + max_num_seqs * vocab/tp * 4`;
 - non-torch memory: CUDA context, cuBLAS workspaces and (tp > 1) NCCL buffers. vLLM's start-up
@@ -31,7 +33,9 @@ def activation_peak_bytes(
 ) -> int:
     """Peak activation bytes of vLLM's profiling forward pass (formula in the module docstring)."""
     d = model.dtype_bytes
-    per_token = 3 * model.intermediate_size // tp + 4 * model.hidden_size
+    per_token = 3 * model.active_intermediate_size // tp + 4 * model.hidden_size
+    if model.is_moe:  # the fused-MoE kernel's per-(token, expert) output before the reduction
+        per_token += model.num_experts_per_tok * model.hidden_size
     per_token += (model.num_attention_heads + 2 * model.num_kv_heads) * model.head_dim // tp
     logits = max_num_seqs * (model.vocab_size // tp) * 4
     return max_num_batched_tokens * per_token * d + logits

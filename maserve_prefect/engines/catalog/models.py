@@ -1,254 +1,160 @@
-"""Model catalog: the architecture numbers a step-time or memory model needs, nothing else.
+"""Model catalog: look a `ModelSpec` up by name, from the shipped set or the user's own.
 
-One idea: every cost the simulator charges is derived from a handful of config numbers (hidden
-size, layers, heads, head_dim, intermediate size, vocab), so a `ModelSpec` holds exactly those
-and derives parameter counts, weight bytes, KV bytes per token and the per-layer GEMM shapes
-(sharded per tensor-parallel rank, as vLLM shards them: QKV / gate-up / lm_head by output
-columns, O / down by input rows).
-
-Sources (HF `config.json` of each repository, fields copied verbatim):
-- Qwen/Qwen3-{0.6B,1.7B,4B,8B,14B,32B}: all use head_dim 128, 8 KV heads, QK-norm, no attention
-  bias; 0.6B, 1.7B and 4B tie the word embeddings, 8B/14B/32B do not. (Cross-checked against the
-  LLMServingSim Qwen3-32B `meta.yaml`, whose TP2 `hf_overrides` are exactly half of 25600 / 64 /
-  8 / 151936.)
-- meta-llama/Llama-3.1-8B, Meta-Llama-3-8B, Llama-2-7b-hf, codellama/CodeLlama-34b-Instruct-hf,
-  microsoft/phi-2, internlm/internlm-20b: the shapes also appear in the Vidur profile columns
-  (`n_head`, `n_kv_head`, `n_embd`, `n_expanded_embd`, `use_gated_mlp`).
+One idea: a model is its Hugging Face `config.json` (the architecture keys only). The shipped
+set is `data/models.yaml` (each entry names the repository its numbers come from); a user adds
+one with `maserve sim model add CONFIG.json --name NAME`, which writes the same entry form to
+`$MASERVE_HOME/models/NAME.yaml`. Both go through `hf_config.spec_from_hf_config`, so a user
+model is checked exactly as a built-in one. Built-in names win: a user entry may not shadow one
+(a lookup of a built-in never touches the disk, which keeps the simulator's hot paths free of
+I/O).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
+import yaml
+
+from maserve_prefect.engines.catalog.hf_config import spec_from_hf_config
+from maserve_prefect.engines.catalog.home import user_models_dir
+from maserve_prefect.engines.catalog.model_spec import GemmShape, ModelSpec
 from maserve_prefect.errors import ConfigError
 
+__all__ = [
+    "MODELS",
+    "GemmShape",
+    "ModelSpec",
+    "get_model",
+    "list_models",
+    "load_model_entries",
+    "model_entry",
+    "models_path",
+    "user_models",
+    "write_model_entry",
+]
 
-@dataclass(frozen=True, slots=True)
-class GemmShape:
-    """One linear operator on one rank: `in_dim x out_dim` weights applied to each token."""
-
-    name: str
-    in_dim: int
-    out_dim: int
-
-    def weight_bytes(self, dtype_bytes: int) -> int:
-        return self.in_dim * self.out_dim * dtype_bytes
-
-    @property
-    def flops_per_token(self) -> int:
-        return 2 * self.in_dim * self.out_dim
+MODELS_FILE = "models.yaml"
+_ENTRY_KEYS = {"name", "aliases", "source", "config"}
 
 
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """A decoder-only transformer's serving-relevant architecture.
+def models_path() -> Path:
+    """The shipped model file."""
+    return Path(str(resources.files("maserve_prefect.engines.catalog") / "data" / MODELS_FILE))
 
-    Examples:
-        >>> spec = get_model("qwen3-8b")
-        >>> spec.kv_bytes_per_token
-        147456
-        >>> round(spec.weight_bytes / 1e9, 1)
-        16.4
+
+def _parse_entry(doc: Any, where: str) -> ModelSpec:
+    if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
+        raise ConfigError(f"{where}: expected a mapping with a string 'name'")
+    where = f"{where} ({doc['name']})"
+    unknown = sorted(set(doc) - _ENTRY_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown fields {unknown}; expected {sorted(_ENTRY_KEYS)}")
+    aliases = doc.get("aliases") or []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise ConfigError(f"{where}: aliases must be a list of strings")
+    return spec_from_hf_config(doc.get("config"), doc["name"], where, tuple(aliases))
+
+
+def load_model_entries(path: Path) -> list[ModelSpec]:
+    """Every model entry of a catalog YAML file (one mapping or a list).
+
+    Raises:
+        ConfigError: unreadable YAML or a bad entry (one line naming the file and entry).
     """
-
-    name: str
-    hidden_size: int
-    num_layers: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool
-    max_position_embeddings: int
-    dtype_bytes: int = 2
-    gated_mlp: bool = True
-    qk_norm: bool = False
-    attention_bias: bool = False
-    aliases: tuple[str, ...] = ()
-
-    # --- per-rank shapes -------------------------------------------------------------------
-    def layer_gemms(self, tp: int = 1) -> tuple[GemmShape, ...]:
-        """The four linear operators of one layer on one of `tp` ranks."""
-        q_out = self.num_attention_heads * self.head_dim
-        kv_out = 2 * self.num_kv_heads * self.head_dim
-        up_mult = 2 if self.gated_mlp else 1
-        return (
-            GemmShape("qkv", self.hidden_size, (q_out + kv_out) // tp),
-            GemmShape("o", q_out // tp, self.hidden_size),
-            GemmShape("gate_up", self.hidden_size, up_mult * self.intermediate_size // tp),
-            GemmShape("down", self.intermediate_size // tp, self.hidden_size),
-        )
-
-    def lm_head_gemm(self, tp: int = 1) -> GemmShape:
-        """The vocabulary projection on one rank (vLLM shards the vocab across ranks)."""
-        return GemmShape("lm_head", self.hidden_size, self.vocab_size // tp)
-
-    def kv_bytes_per_token_per_layer(self, tp: int = 1) -> int:
-        """K and V bytes one token adds to one layer's cache on one rank."""
-        kv_heads = max(1, self.num_kv_heads // tp)
-        return 2 * kv_heads * self.head_dim * self.dtype_bytes
-
-    # --- whole-model figures ----------------------------------------------------------------
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V bytes one token adds to the cache across all layers (unsharded)."""
-        return self.num_layers * self.kv_bytes_per_token_per_layer(1)
-
-    @property
-    def params_per_layer(self) -> int:
-        gemm = sum(g.in_dim * g.out_dim for g in self.layer_gemms(1))
-        norms = 2 * self.hidden_size + (2 * self.head_dim if self.qk_norm else 0)
-        bias = 0
-        if self.attention_bias:
-            bias = (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim
-        return gemm + norms + bias
-
-    @property
-    def num_params(self) -> int:
-        """Total parameter count (embedding, layers, final norm, lm_head unless tied)."""
-        embed = self.vocab_size * self.hidden_size
-        head = 0 if self.tie_word_embeddings else embed
-        return embed + self.num_layers * self.params_per_layer + self.hidden_size + head
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
-
-    def weight_bytes_per_rank(self, tp: int = 1) -> int:
-        """Weight bytes one of `tp` ranks holds (sharded evenly; norms are replicated and tiny)."""
-        return -(-self.weight_bytes // tp)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    docs = doc if isinstance(doc, list) else [doc]
+    return [_parse_entry(d, f"{path} entry {i + 1}") for i, d in enumerate(docs)]
 
 
-def _qwen3(name: str, hidden: int, layers: int, heads: int, inter: int, tied: bool) -> ModelSpec:
-    # Qwen3 dense configs share head_dim=128, num_key_value_heads=8, vocab 151936,
-    # max_position_embeddings=40960, qk-norm and no attention bias.
-    return ModelSpec(
-        name=name,
-        hidden_size=hidden,
-        num_layers=layers,
-        num_attention_heads=heads,
-        num_kv_heads=8,
-        head_dim=128,
-        intermediate_size=inter,
-        vocab_size=151936,
-        tie_word_embeddings=tied,
-        max_position_embeddings=40960,
-        qk_norm=True,
-        aliases=(f"Qwen/{name}",),
-    )
+def model_entry(
+    name: str, config: dict[str, Any], source: str, aliases: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The catalog entry form of a model (what `write_model_entry` stores)."""
+    return {"name": name, "aliases": list(aliases), "source": source, "config": config}
 
 
-def _llama(
-    name: str,
-    hidden: int,
-    layers: int,
-    heads: int,
-    kv: int,
-    inter: int,
-    vocab: int,
-    max_pos: int,
-    aliases: tuple[str, ...],
-) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        hidden_size=hidden,
-        num_layers=layers,
-        num_attention_heads=heads,
-        num_kv_heads=kv,
-        head_dim=hidden // heads,
-        intermediate_size=inter,
-        vocab_size=vocab,
-        tie_word_embeddings=False,
-        max_position_embeddings=max_pos,
-        aliases=aliases,
-    )
+def write_model_entry(entry: dict[str, Any], folder: Path | None = None) -> Path:
+    """Check `entry` and write it to `folder` (default the user's models folder) atomically.
 
-
-MODELS: tuple[ModelSpec, ...] = (
-    _qwen3("Qwen3-0.6B", 1024, 28, 16, 3072, tied=True),
-    _qwen3("Qwen3-1.7B", 2048, 28, 16, 6144, tied=True),
-    _qwen3("Qwen3-4B", 2560, 36, 32, 9728, tied=True),
-    _qwen3("Qwen3-8B", 4096, 36, 32, 12288, tied=False),
-    _qwen3("Qwen3-14B", 5120, 40, 40, 17408, tied=False),
-    _qwen3("Qwen3-32B", 5120, 64, 64, 25600, tied=False),
-    _llama("Llama-3.1-8B", 4096, 32, 32, 8, 14336, 128256, 131072, ("meta-llama/Llama-3.1-8B",)),
-    _llama(
-        "Meta-Llama-3-8B", 4096, 32, 32, 8, 14336, 128256, 8192, ("meta-llama/Meta-Llama-3-8B",)
-    ),
-    _llama(
-        "Llama-2-7B",
-        4096,
-        32,
-        32,
-        32,
-        11008,
-        32000,
-        4096,
-        ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
-    ),
-    _llama(
-        "CodeLlama-34B",
-        8192,
-        48,
-        64,
-        8,
-        22016,
-        32000,
-        16384,
-        ("CodeLlama-34b-Instruct-hf", "codellama/CodeLlama-34b-Instruct-hf"),
-    ),
-    _llama(
-        "InternLM-20B",
-        5120,
-        60,
-        40,
-        40,
-        13824,
-        103168,
-        4096,
-        ("internlm-20b", "internlm/internlm-20b"),
-    ),
-    ModelSpec(
-        name="Phi-2",
-        hidden_size=2560,
-        num_layers=32,
-        num_attention_heads=32,
-        num_kv_heads=32,
-        head_dim=80,
-        intermediate_size=10240,
-        vocab_size=51200,
-        tie_word_embeddings=False,
-        max_position_embeddings=2048,
-        gated_mlp=False,
-        attention_bias=True,
-        aliases=("microsoft/phi-2",),
-    ),
-)
+    Raises:
+        ConfigError: the entry does not parse, or its name or an alias is a built-in model.
+    """
+    spec = _parse_entry(entry, f"model {entry.get('name')!r}")
+    for alias in (spec.name, *spec.aliases):
+        if _key(alias) in _BY_KEY:
+            raise ConfigError(
+                f"model {alias!r} is a built-in model ({_BY_KEY[_key(alias)].name}); "
+                "pick another --name"
+            )
+    folder = folder or user_models_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-") or "model"
+    path = folder / f"{slug}.yaml"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(entry, sort_keys=False))
+    tmp.replace(path)
+    return path
 
 
 def _key(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+MODELS: tuple[ModelSpec, ...] = tuple(load_model_entries(models_path()))
+
 _BY_KEY: dict[str, ModelSpec] = {}
 for _spec in MODELS:
     for _alias in (_spec.name, *_spec.aliases):
         if _BY_KEY.get(_key(_alias), _spec) is not _spec:
-            raise RuntimeError(f"duplicate model alias {_alias!r} in the catalog")
+            raise RuntimeError(f"duplicate model alias {_alias!r} in {models_path()}")
         _BY_KEY[_key(_alias)] = _spec
 
 
+def _folder_stamp(folder: Path) -> tuple[tuple[str, int], ...]:
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.yaml")))
+
+
+@cache
+def _user_models(folder: Path, stamp: tuple[tuple[str, int], ...]) -> dict[str, ModelSpec]:
+    out: dict[str, ModelSpec] = {}
+    for name, _mtime in stamp:
+        for spec in load_model_entries(folder / name):
+            for alias in (spec.name, *spec.aliases):
+                out[_key(alias)] = spec
+    return out
+
+
+def user_models() -> dict[str, ModelSpec]:
+    """User model entries keyed by normalised name and alias (re-read when a file changes)."""
+    folder = user_models_dir()
+    return _user_models(folder, _folder_stamp(folder))
+
+
 def list_models() -> list[str]:
-    """Canonical names of every catalogued model."""
-    return [m.name for m in MODELS]
+    """Canonical names of every catalogued model: built-in, then the user's."""
+    names = [m.name for m in MODELS]
+    for spec in user_models().values():
+        if spec.name not in names:
+            names.append(spec.name)
+    return names
 
 
 def get_model(name: str) -> ModelSpec:
-    """Look a model up by name or alias, case-insensitively.
+    """Look a model up by name or alias, case-insensitively (built-in, else the user's).
 
     Raises:
-        ConfigError: the name is unknown; the message lists the known names.
+        ConfigError: the name is unknown; the message lists the known names and how to add one.
 
     Examples:
         >>> get_model("Qwen/Qwen3-0.6B").tie_word_embeddings
@@ -256,8 +162,10 @@ def get_model(name: str) -> ModelSpec:
     """
     spec = _BY_KEY.get(_key(name))
     if spec is None:
+        spec = user_models().get(_key(name))
+    if spec is None:
         raise ConfigError(
-            f"unknown model {name!r}; known models: {', '.join(list_models())}. "
-            "Add a ModelSpec to maserve_prefect/engines/catalog/models.py for a new one."
+            f"unknown model {name!r}; known models: {', '.join(list_models())}. Add it from its "
+            "Hugging Face config.json with `maserve sim model add CONFIG.json --name NAME`."
         )
     return spec

@@ -53,7 +53,8 @@ from maserve_prefect.protocol.state import EngineState, Lifecycle
 Deliver = Callable[[Callable[[], None]], None]
 
 DRAIN_TIMEOUT_S = 120.0
-"""How long `drain_server` waits for the server to go idle and for the cache reset to succeed."""
+"""How long `drain_server` waits, in all, for the server to go idle and for the cache reset."""
+_MIN_REQUEST_S = 0.05  # the shortest HTTP timeout a drain request gets near its deadline
 
 
 class EngineAlias:
@@ -174,10 +175,15 @@ class DrainReport:
         return f"{idle}; {reset}" + (f" ({self.detail})" if self.detail else "")
 
 
-def _busy(client: httpx.Client) -> tuple[float, float] | None:
+def _left(deadline: float) -> float:
+    """The HTTP timeout of a request that must end by `deadline`."""
+    return max(_MIN_REQUEST_S, deadline - time.monotonic())
+
+
+def _busy(client: httpx.Client, deadline: float) -> tuple[float, float] | None:
     """(running, waiting) from the server's `/metrics`, or None when it shows no such gauges."""
     try:
-        resp = client.get("/metrics")
+        resp = client.get("/metrics", timeout=_left(deadline))
     except httpx.HTTPError:
         return None
     if resp.status_code != 200:
@@ -193,7 +199,9 @@ def _busy(client: httpx.Client) -> tuple[float, float] | None:
 
 def _wait_idle(client: httpx.Client, deadline: float, poll_s: float) -> tuple[bool | None, str]:
     while True:
-        busy = _busy(client)
+        busy = _busy(client, deadline)
+        if busy is None and time.monotonic() >= deadline:
+            return None, "GET /metrics did not answer before the drain's deadline"
         if busy is None:
             return None, "the server exposes no vllm:num_requests_* gauges"
         if busy == (0.0, 0.0):
@@ -208,7 +216,7 @@ def _reset_prefix_cache(
 ) -> tuple[bool | None, str]:
     while True:
         try:
-            resp = client.post("/reset_prefix_cache")
+            resp = client.post("/reset_prefix_cache", timeout=_left(deadline))
         except httpx.HTTPError as exc:
             return False, f"POST /reset_prefix_cache: {type(exc).__name__}: {exc}"
         if resp.status_code in (404, 405):
@@ -241,7 +249,9 @@ def drain_server(
 
     Args:
         base_url: the server root (`EngineTarget.base_url`).
-        timeout_s: the longest wait for idleness and, separately, for a successful reset.
+        timeout_s: the longest the whole drain takes: the wait for idleness, the reset and
+            every HTTP request in them share this one deadline (a server that accepts
+            connections but never answers holds the drain `timeout_s`, not more).
         poll_s: seconds between polls.
         api_key: bearer token (vLLM ignores it unless started with `--api-key`).
         headers: extra request headers (`EngineTarget.auth_headers`).
@@ -253,8 +263,9 @@ def drain_server(
     """
     start = time.monotonic()
     sent = {"Authorization": f"Bearer {api_key}"} | dict(headers or {})
-    with httpx.Client(base_url=base_url, headers=sent, timeout=max(timeout_s, 1.0)) as client:
-        idle, why_busy = _wait_idle(client, start + timeout_s, poll_s)
-        reset, why_reset = _reset_prefix_cache(client, time.monotonic() + timeout_s, poll_s)
+    deadline = start + timeout_s
+    with httpx.Client(base_url=base_url, headers=sent, timeout=_left(deadline)) as client:
+        idle, why_busy = _wait_idle(client, deadline, poll_s)
+        reset, why_reset = _reset_prefix_cache(client, deadline, poll_s)
     detail = "; ".join(d for d in (why_busy, why_reset) if d)
     return DrainReport(idle, reset, time.monotonic() - start, detail)

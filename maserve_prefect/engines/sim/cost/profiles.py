@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import yaml
 
-from maserve_prefect.engines.catalog.gpus import builtin_gpu
+from maserve_prefect.engines.catalog.devices import get_gpu
 from maserve_prefect.engines.catalog.models import ModelSpec, get_model
 from maserve_prefect.errors import ConfigError
 
@@ -111,8 +111,12 @@ class ProfileCollection:
 
 
 def _device_name(label: str) -> str:
-    gpu = builtin_gpu(label)
-    return gpu.name if gpu is not None else label
+    """The catalog's name for a profile's device label (built-in or user entry), else the label
+    itself (scoring it then fails with the catalog's unknown-device error)."""
+    try:
+        return get_gpu(label).name
+    except ConfigError:
+        return label
 
 
 def _vidur_model(name: str, row: dict[str, str], path: Path) -> ModelSpec:

@@ -10,7 +10,8 @@ Operators and what they move (d = dtype bytes, h = hidden, I = intermediate, H/K
 hd = head_dim, all per tensor-parallel rank):
 
 - linear (QKV, O, gate/up, down, lm_head): weights `in*out*d` + activations `M*(in+out)*d`
-  bytes, `2*in*out*M` FLOPs over M tokens (lm_head: M = scheduled sequences);
+  bytes, `2*in*out*M` FLOPs over M tokens (lm_head: M = scheduled sequences); a mixture-of-
+  experts MLP reads the weights of the experts its M tokens touch and computes `M*k` rows;
 - elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below;
 - decode attention: reads `ctx * kv_bytes_per_token_per_layer` per request;
 - prefill attention: a wave model of the causal FlashAttention grid (`ceil(new / tile_m)` query
@@ -54,7 +55,7 @@ def elementwise_bytes_per_token(model: ModelSpec, op: str, tp: int = 1) -> float
     if op == "add":
         return 3 * h * d
     if op == "act":
-        return (3 if model.gated_mlp else 2) * model.intermediate_size / tp * d
+        return (3 if model.gated_mlp else 2) * model.active_intermediate_size / tp * d
     if op in ("rope", "qk_norm"):
         return 2 * qk * d
     raise ConfigError(f"unknown elementwise operator {op!r}; expected one of {ELEMENTWISE_OPS}")
@@ -68,6 +69,36 @@ def linear_time(
         (in_dim * out_dim + tokens * (in_dim + out_dim)) * d / (gpu.mem_bw_bytes_s * eff.linear_mem)
     )
     t_comp = 2.0 * in_dim * out_dim * tokens / (gpu.peak_flops * eff.linear_comp)
+    return eff.linear_op_s + np.sqrt(t_mem * t_mem + t_comp * t_comp)
+
+
+def experts_touched(tokens: Num, num_experts: int, top_k: int) -> Num:
+    """Expected distinct experts `tokens` tokens route to, each picking `top_k` of
+    `num_experts` uniformly: `E * (1 - (1 - k/E)^M)` (1 token: k; many tokens: all E)."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+
+
+def moe_linear_time(
+    in_dim: float,
+    out_dim: float,
+    tokens: Num,
+    num_experts: int,
+    top_k: int,
+    d: int,
+    gpu: GpuSpec,
+    eff: DeviceEfficiency,
+) -> Num:
+    """One fused-MoE GEMM (one expert's `in_dim x out_dim`) over `tokens` tokens (seconds).
+
+    The roofline of `linear_time` with the weights of the experts the batch touches
+    (`experts_touched`) and `tokens * top_k` routed rows: a decode step of a few sequences reads
+    a few experts, a long prefill chunk reads them all. With one expert and top-1 it equals
+    `linear_time`.
+    """
+    rows = tokens * top_k
+    weights = experts_touched(tokens, num_experts, top_k) * in_dim * out_dim
+    t_mem = (weights + rows * (in_dim + out_dim)) * d / (gpu.mem_bw_bytes_s * eff.linear_mem)
+    t_comp = 2.0 * in_dim * out_dim * rows / (gpu.peak_flops * eff.linear_comp)
     return eff.linear_op_s + np.sqrt(t_mem * t_mem + t_comp * t_comp)
 
 
@@ -103,13 +134,14 @@ def decode_attention_per_token_s(
 # sm90 parts; on the small-shared-memory parts (sm86 / sm89 / sm120: L40S, RTX PRO Blackwell) it
 # picks square 64 x 64 tiles for causal attention. The RTX PRO 6000 profiles show it directly:
 # prefill attention time steps with `ceil(ceil(chunk / 64) * heads / SMs)` and not with 128.
+# The datasheet's `arch` says which (a calibrated or user device keeps its base GPU's arch).
 ATTN_TILE_M = 128
-_TILE_M_64 = frozenset({"L40S", "RTX PRO 6000", "RTX PRO 5000"})
+_TILE_M_64_ARCHS = frozenset({"sm86", "sm89", "sm120"})
 
 
 def attention_tile_m(gpu: GpuSpec) -> int:
     """Query rows per attention CTA on `gpu` (see `ATTN_TILE_M`)."""
-    return 64 if gpu.name in _TILE_M_64 else ATTN_TILE_M
+    return 64 if gpu.arch in _TILE_M_64_ARCHS else ATTN_TILE_M
 
 
 def attention_m_blocks(max_new_tokens: Num, tile_m: int = ATTN_TILE_M) -> Num:

@@ -8,7 +8,9 @@ device-specific, and they come from a fit to measured kernel profiles (`calibrat
 
 Where the seam's four fields get which cost:
 
-- `linear_s`: QKV, O, gate/up, down GEMMs per layer (+ TP all-reduces when tp > 1);
+- `linear_s`: QKV, O, gate/up, down GEMMs per layer (+ TP all-reduces when tp > 1); for a
+  mixture-of-experts model the router plus gate/up and down over the experts the step's tokens
+  touch (`roofline.moe_linear_time`);
 - `attention_s`: all-decode steps: decode KV reads (context tokens only); steps with a prefill
   chunk: the tile/wave model of the one varlen FlashAttention call (`mixed_attention_time`);
 - `lm_head_s`: the vocab GEMM over S sequences plus the sampler;
@@ -38,6 +40,7 @@ from maserve_prefect.engines.sim.cost.roofline import (
     elementwise_time,
     linear_time,
     mixed_attention_time_scalar,
+    moe_linear_time,
     prefill_attention_time_scalar,
     sampler_time,
 )
@@ -62,6 +65,7 @@ class RooflineStepModel:
         "_affine_cache",
         "_elem_layer",
         "_elem_step",
+        "_experts",
         "_gemms",
         "_head_cache",
         "_kv_tok_s",
@@ -79,16 +83,24 @@ class RooflineStepModel:
     def __init__(
         self, model: ModelSpec, gpu: GpuSpec, efficiency: DeviceEfficiency, tp: int = 1
     ) -> None:
-        if tp < 1 or model.num_attention_heads % tp or model.intermediate_size % tp:
+        inter = model.expert_intermediate_size
+        if tp < 1 or model.num_attention_heads % tp or inter % tp:
             raise ConfigError(
                 f"tensor-parallel degree {tp} does not divide {model.name}'s "
-                f"{model.num_attention_heads} heads / {model.intermediate_size} intermediate size"
+                f"{model.num_attention_heads} heads / {inter} intermediate size"
             )
         self.model = model
         self.gpu = gpu
         self.eff = efficiency
         self.tp = tp
-        self._gemms = tuple((g.in_dim, g.out_dim) for g in model.layer_gemms(tp))
+        # dense: qkv, o, gate_up, down; MoE: qkv, o, router here, the experts in `_experts`
+        dense = model.layer_gemms(tp) if not model.is_moe else model.attention_gemms(tp)
+        router = model.router_gemm()
+        dense += (router,) if router is not None else ()
+        self._gemms = tuple((g.in_dim, g.out_dim) for g in dense)
+        self._experts = (
+            tuple((g.in_dim, g.out_dim) for g in model.expert_gemms(tp)) if model.is_moe else ()
+        )
         head = model.lm_head_gemm(tp)
         self._lm_head = (head.in_dim, head.out_dim)
         layer_ops = VLLM_LAYER_ELEMENTWISE + (("qk_norm",) if model.qk_norm else ())
@@ -120,6 +132,11 @@ class RooflineStepModel:
     def _linear_uncached(self, tokens: int) -> float:
         d, gpu, eff = self.model.dtype_bytes, self.gpu, self.eff
         per_layer = sum(linear_time(i, o, float(tokens), d, gpu, eff) for i, o in self._gemms)
+        m = self.model
+        per_layer += sum(
+            moe_linear_time(i, o, float(tokens), m.num_experts, m.num_experts_per_tok, d, gpu, eff)
+            for i, o in self._experts
+        )
         per_layer += 2.0 * allreduce_time(float(tokens), self.model, self.tp, gpu)
         return float(self.model.num_layers * per_layer)
 

@@ -109,5 +109,6 @@ def test_calibrate_cli_writes_loadable_entry(
     fitted = make_step_model("Qwen3-8B", "Lab Card")
     assert fitted.eff.linear_mem == pytest.approx(doc["efficiency"]["linear_mem"])
     result = CliRunner().invoke(root, ["sim", "calibrate", str(profiles), "--gpu", "Nowhere"])
-    assert result.exit_code == 1 and "--base-gpu 'Nowhere' has no datasheet entry" in result.output
-    assert "Traceback" not in result.output
+    # one red line, exit 1, no traceback
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert "'Nowhere' has no datasheet" in result.output and "Traceback" not in result.output
