@@ -166,6 +166,7 @@ def start(
         PrefectServerError: the server exited or did not answer in time (quotes its log).
     """
     home = server_home(home)
+    _port_number(port)  # a bad port is refused before anything is created
     with _locked(home, timeout_s, "starting the Prefect server"):
         return _start_locked(home, port, timeout_s)
 
@@ -300,18 +301,30 @@ def _server_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _choose_port(port: int | None) -> int:
+def _port_number(port: int | None) -> int | None:
+    """`port`, else `$MASERVE_PREFECT_PORT`, checked; None: any free port.
+
+    Raises:
+        ConfigError: not a number, or not 1-65535.
+    """
     raw = port if port is not None else os.environ.get(ENV_PREFECT_PORT)
     if raw is None or raw == "":
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((HOST, 0))
-            return int(s.getsockname()[1])
+        return None
     try:
         chosen = int(raw)
     except ValueError:
         raise ConfigError(f"{ENV_PREFECT_PORT}={raw!r} is not a port number") from None
     if not 1 <= chosen <= 65535:
         raise ConfigError(f"port {chosen}: a TCP port is 1-65535 (--port / {ENV_PREFECT_PORT})")
+    return chosen
+
+
+def _choose_port(port: int | None) -> int:
+    chosen = _port_number(port)
+    if chosen is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            return int(s.getsockname()[1])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind((HOST, chosen))

@@ -274,7 +274,8 @@ def test_fuzz_trace_export(
         args = ["trace", "export", *ids, "--out", str(out), "--ledger", url]
         args += ["--wait", wait] if wait is not None else []
         res = invoke(args, watch=[out, home], ledger=db)
-        assert res.exit_code != 0  # no Prefect API answers: never a half export
+        if res.exit_code == 0:  # a crashed run exports from the ledger alone, no Prefect needed
+            assert "--run" in ids and (out / "trace.jsonl").is_file()
 
 
 def _seed_ledger(db: Path) -> None:
