@@ -66,6 +66,12 @@ def mooncake_section(console: Console) -> None:
     for name, s in (("TTFT s", result.ttft()), ("TPOT s", result.tpot()), ("E2E s", result.e2e())):
         table.add_row(name, f"{s.p50:.3f}", f"{s.p90:.3f}", f"{s.p99:.3f}")
     console.print(table)
+    refused = result.status_counts().get("rejected", 0)
+    if refused:
+        console.print(
+            f"{refused} requests longer than Qwen3-8B's {dep.spec.max_position_embeddings}-token "
+            "context refused, as a vLLM server refuses them"
+        )
     span = kernel.now()
     console.print(
         f"prefix hit rate {result.prefix_hit_rate:.1%}, preemptions {result.num_preemptions}, "

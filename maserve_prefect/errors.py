@@ -10,7 +10,7 @@ Every message says what was wrong, where (file, line, op id, element name) and w
     │   ├── IntegrityError                      CAS blob does not match its digest
     │   ├── BlobNotFoundError (LookupError)     no CAS blob with that digest
     │   ├── TraceNotFoundError (LookupError)    no ledger run with that trace id
-    │   ├── BundleExistsError (FileExistsError) export target exists; pass overwrite=True
+    │   ├── BundleExistsError (FileExistsError) export target exists; pass --force / overwrite=True
     │   └── IllegalReleaseError (ValueError)    release change drops a required edge / makes a cycle
     ├── EngineError
     │   ├── RequestError (ValueError)           malformed engine request (names the request id)

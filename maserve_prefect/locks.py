@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.settings import private_dir
 
 __all__ = ["LockTimeoutError", "exclusive"]
 
@@ -46,7 +47,7 @@ def exclusive(path: Path, *, wait_s: float, what: str) -> Iterator[None]:
     Raises:
         LockTimeoutError: another process held it for `wait_s`.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     with path.open("a") as fh:
         deadline = time.monotonic() + wait_s
         while True:

@@ -45,6 +45,7 @@ import httpx
 
 from maserve_prefect.errors import ConfigError, PrefectServerError
 from maserve_prefect.locks import exclusive
+from maserve_prefect.settings import private_dir, private_file
 
 __all__ = [
     "ENV_PREFECT_PORT",
@@ -165,6 +166,7 @@ def start(
         PrefectServerError: the server exited or did not answer in time (quotes its log).
     """
     home = server_home(home)
+    _port_number(port)  # a bad port is refused before anything is created
     with _locked(home, timeout_s, "starting the Prefect server"):
         return _start_locked(home, port, timeout_s)
 
@@ -176,12 +178,12 @@ def _start_locked(home: Path, port: int | None, timeout_s: float) -> ServerInfo:
     if current.pid is not None and _alive(current.pid) and _looks_like_prefect(current.pid):
         _terminate(current.pid, grace_s=5.0)  # recorded but not answering: replace it
     port = _choose_port(port)
-    home.mkdir(parents=True, exist_ok=True)
+    private_dir(home)  # its database holds every run's parameters and results: owner only
     (home / STATE_FILE).unlink(missing_ok=True)
     url = f"http://{HOST}:{port}/api"
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
     cmd += ["--no-ui", "--analytics-off", "--no-scheduler", "--no-late-runs"]
-    with (home / LOG_FILE).open("ab") as log:
+    with private_file(home / LOG_FILE).open("ab") as log:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -189,6 +191,7 @@ def _start_locked(home: Path, port: int | None, timeout_s: float) -> ServerInfo:
             stderr=subprocess.STDOUT,
             env=_server_env(home),
             start_new_session=True,  # its own process group: `stop` signals the whole tree
+            umask=0o077,  # its database, log and state files: readable by the owner only
         )
     started_at = datetime.now(UTC).isoformat()
     deadline = time.monotonic() + timeout_s
@@ -298,16 +301,30 @@ def _server_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _choose_port(port: int | None) -> int:
+def _port_number(port: int | None) -> int | None:
+    """`port`, else `$MASERVE_PREFECT_PORT`, checked; None: any free port.
+
+    Raises:
+        ConfigError: not a number, or not 1-65535.
+    """
     raw = port if port is not None else os.environ.get(ENV_PREFECT_PORT)
     if raw is None or raw == "":
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((HOST, 0))
-            return int(s.getsockname()[1])
+        return None
     try:
         chosen = int(raw)
     except ValueError:
         raise ConfigError(f"{ENV_PREFECT_PORT}={raw!r} is not a port number") from None
+    if not 1 <= chosen <= 65535:
+        raise ConfigError(f"port {chosen}: a TCP port is 1-65535 (--port / {ENV_PREFECT_PORT})")
+    return chosen
+
+
+def _choose_port(port: int | None) -> int:
+    chosen = _port_number(port)
+    if chosen is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            return int(s.getsockname()[1])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind((HOST, chosen))

@@ -11,6 +11,11 @@ Defaults (override with environment variables):
 Reading settings has no side effects: nothing is created until a ledger or store is opened
 (`trace.db.make_engine` creates the SQLite file's folder, `ContentStore` its root).
 
+What maserve creates is readable by its owner only: folders (`MASERVE_HOME`, the CAS, the Prefect
+server's home, and any missing parents) are made mode 0700 by `private_dir`, database files 0600
+by `private_file` — the ledger and Prefect's database hold prompts, outputs and run history.
+Folders and files that already exist keep their modes.
+
 Examples:
     >>> s = Settings.from_env({"MASERVE_HOME": "/data/ms"})
     >>> s.ledger_url
@@ -75,6 +80,52 @@ class Settings:
         cas_raw = env.get(ENV_CAS_DIR)
         cas_dir = Path(cas_raw).expanduser().resolve() if cas_raw else home / "cas"
         return cls(home=home, ledger_url=ledger_url, cas_dir=cas_dir)
+
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` and any missing parents readable by the owner only (mode 0700); folders
+    that exist are left as they are. Returns `path`.
+
+    Examples:
+        >>> import tempfile
+        >>> p = private_dir(Path(tempfile.mkdtemp()) / "a" / "b")
+        >>> oct(p.stat().st_mode & 0o777), oct(p.parent.stat().st_mode & 0o777)
+        ('0o700', '0o700')
+    """
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            if not p.is_dir():
+                raise
+        else:
+            os.chmod(p, PRIVATE_DIR_MODE)  # mkdir's mode is masked by the umask; 0700 is exact
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create the empty file `path` (mode 0600) unless it exists; its folder must exist.
+
+    SQLite gives a database's journal and WAL files the database file's mode, so creating it
+    first keeps them private too.
+
+    Examples:
+        >>> import tempfile
+        >>> p = private_file(Path(tempfile.mkdtemp()) / "x.db")
+        >>> oct(p.stat().st_mode & 0o777)
+        '0o600'
+    """
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return path
+    os.close(fd)
+    return path
 
 
 def get_settings() -> Settings:

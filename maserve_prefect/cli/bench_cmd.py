@@ -13,7 +13,9 @@ suite in a folder, of any kind, as a deployment and serves it (`bench.serve.serv
 against the managed or configured Prefect API.
 
 Exit codes: 0 success; 1 bad input or a failed step (one red line); 3 `run --strict` when an arm
-failed its conformance audit.
+failed its conformance audit; 4 a replay suite's arm run failed the audit's work checks (an op
+failed or never completed, the work changed, an early release — the tables and files are written
+first; `--allow-failures` exits 0 instead).
 
 Examples:
     maserve bench run deployments/suites/finding_barrier.yaml --scale demo --out out/bench
@@ -34,6 +36,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir
 from maserve_prefect.cli.run_cmd import fail
 from maserve_prefect.errors import MaserveError
 
@@ -100,14 +103,23 @@ def run_cmd(
             "the paper leaves unstated) instead of its arms.",
         ),
     ] = False,
+    allow_failures: Annotated[
+        bool,
+        typer.Option(
+            "--allow-failures", help="Exit 0 even when a replay arm run failed its work checks."
+        ),
+    ] = False,
 ) -> None:
     """Run a benchmark suite of any kind now and print its tables."""
     from maserve_prefect.bench.flow import run_suite
+    from maserve_prefect.bench.replay.suite import ReplaySuiteResult
     from maserve_prefect.bench.suite import load_suite
 
     console = Console(width=140)
     try:
         load_suite(suite).check_scale(scale)  # a bad file or scale fails before a server starts
+        if out is not None:
+            check_out_dir(out, "--out")
         with ExitStack() as stack:
             if prefect:
                 from maserve_prefect import prefect_server
@@ -137,6 +149,12 @@ def run_cmd(
         fail(str(exc))
     if strict and not res.passed:
         fail("an arm run failed its conformance audit (see the table above)", code=3)
+    if isinstance(res.detail, ReplaySuiteResult) and not res.detail.work_ok and not allow_failures:
+        fail(
+            "an arm run failed the audit's work checks (failed or incomplete ops, changed work "
+            "or early releases; see the conformance table); pass --allow-failures to exit 0",
+            code=EXIT_FAILED_WORK,
+        )
 
 
 @app.command("serve")

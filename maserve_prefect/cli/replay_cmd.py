@@ -23,11 +23,18 @@ run and every table is published as a table artifact plus one markdown report
 `--plots DIR` writes the PNG plots (root-latency CDF per arm, completion-path bars, KV
 occupancy over time, the Gantt of one root).
 
-Exit codes: 0 success; 1 bad input or a failed step (one red line).
+The engine's credentials never reach a file or a message: URL user info is shown as `***`, and
+an API key is read from the environment variable `--api-key-env NAME` (or the engine's
+`?api_key_env=NAME`) names (see `engines.target`).
+
+Exit codes: 0 success; 1 bad input or a failed step (one red line); 4 an arm run failed its
+audit's work checks — an op failed or never completed, the work changed, or a causal arm released
+early (the tables and `--out` files are written first; `--allow-failures` exits 0 instead).
 
 Examples:
     maserve replay scenarios/fj_barrier.yaml --out out/fj_barrier --plots out/fj_barrier/plots
     maserve replay scenario.yaml --no-prefect --engine openai:http://127.0.0.1:8000
+    maserve replay scenario.yaml --engine openai:https://gpu.example:8000 --api-key-env VLLM_KEY
 """
 
 from __future__ import annotations
@@ -44,9 +51,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir
 from maserve_prefect.cli.run_cmd import fail, parse_engine
 from maserve_prefect.errors import MaserveError
 from maserve_prefect.replay.arms import ScenarioResult
+from maserve_prefect.replay.conformance import failure_reason
 from maserve_prefect.replay.report import ScenarioReport
 from maserve_prefect.replay.scenario import Scenario
 
@@ -202,6 +211,17 @@ def replay_cmd(
             "scenario's `timeout_s`); unfinished roots are reported as incomplete.",
         ),
     ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            help="Environment variable holding the server's API key (sent as a bearer "
+            "token; never stored)."
+        ),
+    ] = None,
+    allow_failures: Annotated[
+        bool,
+        typer.Option("--allow-failures", help="Exit 0 even when an arm run failed its audit."),
+    ] = False,
 ) -> None:
     """Run a replay scenario's arms and print per-arm latency, metrics and the audit."""
     from maserve_prefect.replay.conformance import render
@@ -211,12 +231,19 @@ def replay_cmd(
     try:
         if engine is not None:
             parse_engine(engine)
+        for path, what in ((out, "--out"), (plots, "--plots")):
+            if path is not None:
+                check_out_dir(path, what)
         sc = load_scenario(scenario)
         if engine is not None:
             sc = sc.model_copy(update={"engine": engine})
         if timeout is not None:
             sc = sc.model_copy(update={"timeout_s": timeout})
-        parse_engine(sc.engine)  # the file's engine fails here too, before any work
+        # The file's engine fails here too, before any work; only its redacted form goes on.
+        target = parse_engine(sc.engine).with_api_key_env(api_key_env)
+        if not target.is_sim:
+            target.client_auth()  # an unset API key variable fails before any work
+        sc = sc.model_copy(update={"engine": str(target)})
         with ExitStack() as stack:
             if prefect:
                 from maserve_prefect import prefect_server
@@ -237,3 +264,13 @@ def replay_cmd(
             console.print(f"wrote {', '.join(str(p) for p in written)}")
     except MaserveError as exc:
         fail(str(exc))
+    bad = [(r.summary, c) for r, c in zip(rep.result.results, rep.conformance, strict=True)
+           if not c.work_ok]  # fmt: skip
+    if bad and not allow_failures:
+        s, c = bad[0]
+        fail(
+            f"{len(bad)} of {len(rep.conformance)} arm runs failed the audit (first: arm "
+            f"{s.arm} block {s.block}: {failure_reason(c)}); see the conformance table; "
+            "pass --allow-failures to exit 0",
+            code=EXIT_FAILED_WORK,
+        )

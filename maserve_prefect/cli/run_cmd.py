@@ -10,9 +10,13 @@ so a command that exited at once would leave its history incomplete.
 
 Exit codes: 0 success; 1 bad input or a failed step (one red line); 2 an engine that is not
 supported yet; 3 Prefect's history does not match the ledger (timeout or missing task runs —
-the bundle and the ledger are still complete); 130 interrupted (Ctrl-C). A Prefect/ledger *edge*
-difference is printed as a warning (see `trace.prefect_export`: Prefect also links parameters by
-object identity).
+the bundle and the ledger are still complete); 4 a root failed (the bundle and summary are
+written first, and one line names the first failure; `--allow-failures` exits 0 instead); 130
+interrupted (Ctrl-C). A Prefect/ledger *edge* difference is printed as a warning (see
+`trace.prefect_export`: Prefect also links parameters by object identity).
+
+The engine's credentials are never stored or printed: URL user info shows as `***`, an API key
+comes from the environment variable `--api-key-env NAME` names (see `engines.target`).
 
 Ctrl-C: during the run the first one cancels it (`cli.interrupt`, `cli.run_cancel`: the run and
 its Prefect flow runs are marked cancelled, the bundle of what finished is written, one line says
@@ -42,6 +46,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir, print_error
 from maserve_prefect.cli.interrupt import EXIT_INTERRUPTED, exit_now, interruptible
 from maserve_prefect.engines.target import EngineTarget
 from maserve_prefect.engines.target import parse_engine as parse_target
@@ -60,8 +65,8 @@ SHOWN_ERRORS = 3
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print one red error line on stderr and exit with `code`."""
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print one red error line on stderr and exit with `code` (URL user info redacted)."""
+    print_error(message)
     raise typer.Exit(code=code)
 
 
@@ -143,6 +148,16 @@ def run_cmd(
         float, typer.Option(help="Seconds to wait for Prefect to record every task run.")
     ] = DEFAULT_WAIT_S,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing bundle.")] = False,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            help="Environment variable holding the server's API key (sent as a bearer "
+            "token; never stored)."
+        ),
+    ] = None,
+    allow_failures: Annotated[
+        bool, typer.Option("--allow-failures", help="Exit 0 even when a root failed.")
+    ] = False,
     list_: Annotated[bool, typer.Option("--list", help="List workflow names and exit.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show Prefect's run logs.")] = False,
 ) -> None:
@@ -164,15 +179,20 @@ def run_cmd(
             return
         if not workflow:
             raise ConfigError("give a WORKFLOW name (`maserve run --list` shows them)")
-        target = parse_engine(engine)
+        if arrival_rate is not None and not 0 < arrival_rate < float("inf"):
+            raise ConfigError(f"--arrival-rate {arrival_rate}: give a finite rate > 0 roots/s")
+        if content not in ("binding", "engine"):
+            raise ConfigError(f"--content {content!r}: use 'binding' or 'engine'")
+        target = parse_engine(engine).with_api_key_env(api_key_env)
         if not target.is_sim:  # fail fast, before Prefect starts, when the server is not there
             from maserve_prefect.engines.openai.discovery import discover
 
-            discover(target.base_url, model=target.model, probe=False)
+            discover(target.base_url, model=target.model, probe=False, **target.client_auth())
         wf = get_workflow(workflow)
         b = get_binding(binding or wf.default_binding)
         pool_file = load_pool_file(pool) if pool is not None else None
         dest = out if out is not None else Path("out") / f"{wf.name}-s{seed}"
+        check_out_dir(dest, "--out")
         if dest.exists() and not force and (not dest.is_dir() or any(dest.iterdir())):
             raise ConfigError(f"--out {dest} exists and is not empty; pass --force to replace it")
         with console.status("connecting to Prefect…"):
@@ -210,8 +230,15 @@ def run_cmd(
             )
             print_summary(console, run)
             if failed_op is not None:
-                print_failure(run.trace, failed_op)
+                print_failure(run.trace, failed_op, hint=not allow_failures)
             _await_prefect(console, ledger, tid, wait)
+            if failed and not allow_failures:
+                if failed_op is None:  # a root failed outside any op
+                    bad = next(r for r in run.roots if r.error)
+                    print_error(
+                        f"root {bad.root_id} failed: {bad.error}; pass --allow-failures to exit 0"
+                    )
+                raise typer.Exit(code=EXIT_FAILED_WORK)  # the line above says why
     except MaserveError as exc:
         fail(str(exc))
     except KeyboardInterrupt:  # outside the run itself (there Ctrl-C cancels, see above)
@@ -254,8 +281,9 @@ def first_failed_op(trace: Trace) -> OpRecord | None:
     return min(failed, key=lambda op: (op.times.completed_s or 0.0, op.op_id))
 
 
-def print_failure(trace: Trace, op: OpRecord) -> None:
-    """One red line: how many ops failed or never started, and the first failure's error."""
+def print_failure(trace: Trace, op: OpRecord, *, hint: bool = False) -> None:
+    """One red line: how many ops failed or never started, and the first failure's error (with
+    `hint`, how to exit 0 anyway)."""
     from maserve_prefect.trace.model import OpStatus
 
     latest = trace.op_index().values()
@@ -263,7 +291,8 @@ def print_failure(trace: Trace, op: OpRecord) -> None:
     num_skipped = sum(1 for o in latest if o.status is OpStatus.SKIPPED)
     Console(stderr=True).print(
         f"[bold red]error:[/] {num_failed} op(s) failed and {num_skipped} never started; the "
-        f"first failure: op {op.op_id} (attempt {op.attempt}): {op.error or 'no error recorded'}",
+        f"first failure: op {op.op_id} (attempt {op.attempt}): {op.error or 'no error recorded'}"
+        + ("; pass --allow-failures to exit 0" if hint else ""),
         highlight=False,
         soft_wrap=True,
     )

@@ -13,9 +13,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from maserve_prefect.cli.checks import check_out_dir
 from maserve_prefect.cli.run_cmd import fail
 from maserve_prefect.cli.sim_catalog import calibrate_device, device_app, model_app
-from maserve_prefect.errors import MaserveError
+from maserve_prefect.errors import ConfigError, MaserveError
 
 app = typer.Typer(no_args_is_help=True)
 app.add_typer(device_app, name="device")
@@ -41,6 +42,10 @@ def calibrate(
 ) -> None:
     """Fit a device entry from measured profiles (same as `maserve sim device calibrate`)."""
     try:
+        if out is not None:
+            check_out_dir(out.parent, "--out")
+            if out.is_dir():
+                raise ConfigError(f"--out {out}: a folder; give the path of a .yaml file")
         calibrate_device(gpu, profile_dir, base_gpu, out, Console(width=120))
     except MaserveError as exc:
         fail(str(exc))

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
+from maserve_prefect.cli.checks import check_out_dir
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.routes import DEFAULT_LOAD_BOUND, ROUTES
 from maserve_prefect.engines.sim.pool.sim_pool import Deployment, SimPool
@@ -80,12 +81,15 @@ def replay(
     """Replay TRACE on REPLICAS simulated GPUs (one replica each) and print latency percentiles."""
     console = Console(width=120)
     try:
+        if out is not None:
+            check_out_dir(out, "--out")
         result, pool = _run(
             trace, gpu, model, replicas, max_num_seqs, max_num_batched_tokens, route, load_bound
         )
     except MaserveError as exc:
-        console.print(f"[red]error: {exc}[/red]", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        from maserve_prefect.cli.run_cmd import fail
+
+        fail(str(exc))
     _print(console, result, f"{model} on {replicas} x {gpu}, route {route}")
     if out is not None:
         write_outputs(out, result, pool)

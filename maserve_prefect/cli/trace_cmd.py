@@ -23,12 +23,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from maserve_prefect.cli.checks import check_bundle_dir, check_out_dir
 from maserve_prefect.errors import ConfigError, MaserveError
 from maserve_prefect.trace.model import Trace
 
 if TYPE_CHECKING:
     from maserve_prefect.metrics.graph import GraphStats
     from maserve_prefect.trace.ledger import Ledger
+    from maserve_prefect.trace.mooncake import RejectedRow
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -39,8 +41,9 @@ SHOWN_LINES = 5
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=1)
+    from maserve_prefect.cli.run_cmd import fail
+
+    fail(message)
 
 
 def _fmt(value: float) -> str:
@@ -72,22 +75,45 @@ def import_mooncake_cmd(
         typer.Option(help="Bundle directory [default: $MASERVE_HOME/traces/<file stem>]."),
     ] = None,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Fail at the first bad row instead of skipping it.")
+        bool,
+        typer.Option(
+            "--strict",
+            help="Fail at the first bad row or warning (zero length, out-of-order timestamp, "
+            "duplicate row) instead of skipping / noting it.",
+        ),
     ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Catalog model whose context window bounds prompt + output (default: no "
+            "model's window is larger than 16,777,216 tokens)."
+        ),
+    ] = None,
     block_size: Annotated[int, typer.Option(help="Tokens per hash_ids block.")] = 512,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing bundle at the destination.")
     ] = False,
 ) -> None:
     """Import a Mooncake JSONL trace as a bundle of single-call roots."""
-    from maserve_prefect.settings import get_settings
+    from maserve_prefect.engines.catalog.models import get_model
+    from maserve_prefect.settings import get_settings, private_dir
     from maserve_prefect.trace.bundle import export_bundle
     from maserve_prefect.trace.cas import MemoryStore
-    from maserve_prefect.trace.mooncake import import_mooncake
+    from maserve_prefect.trace.mooncake import MAX_CONTEXT_TOKENS, import_mooncake
 
     try:
+        if block_size < 1:
+            raise ConfigError(f"--block-size {block_size}: give a positive number of tokens")
+        max_context = (
+            get_model(model).max_position_embeddings if model is not None else MAX_CONTEXT_TOKENS
+        )
         dest = out if out is not None else get_settings().home / "traces" / file.stem
-        result = import_mooncake(file, strict=strict, block_size=block_size)
+        check_out_dir(dest, "--out")
+        result = import_mooncake(
+            file, strict=strict, block_size=block_size, max_context_tokens=max_context
+        )
+        if out is None:
+            private_dir(get_settings().home)
         written = export_bundle(result.trace, MemoryStore(), dest, overwrite=force)
     except MaserveError as exc:
         _fail(str(exc))
@@ -99,24 +125,35 @@ def import_mooncake_cmd(
     summary.add_row("rows read", str(result.num_rows))
     summary.add_row("rows accepted", str(result.num_accepted))
     summary.add_row("rows rejected", str(len(result.rejected)))
+    summary.add_row("warnings", str(len(result.warnings)))
     console.print(summary)
     if result.rejected:
-        rejected = Table(title="Rejected rows")
-        rejected.add_column("reason")
-        rejected.add_column("rows", justify="right")
-        rejected.add_column("first lines")
-        rejected.add_column("example")
-        details: dict[str, str] = {}
-        for row in result.rejected:
-            details.setdefault(row.reason, row.detail)
-        for reason, lines in result.rejected_by_reason().items():
-            shown = ", ".join(map(str, lines[:SHOWN_LINES])) + (
-                " …" if len(lines) > SHOWN_LINES else ""
-            )
-            rejected.add_row(reason, str(len(lines)), shown, details[reason])
-        console.print(rejected)
+        console.print(_rows_table("Rejected rows", result.rejected))
+    if result.warnings:
+        console.print(_rows_table("Warnings (rows imported; --strict refuses them)",
+                                  result.warnings))  # fmt: skip
     console.print(_totals_table(result.trace))
     console.print(f"bundle written to {written}", highlight=False, soft_wrap=True)
+
+
+def _rows_table(title: str, rows: list[RejectedRow]) -> Table:
+    """Rows grouped by reason: count, first line numbers and one example."""
+    table = Table(title=title)
+    table.add_column("reason")
+    table.add_column("rows", justify="right")
+    table.add_column("first lines")
+    table.add_column("example")
+    lines_by: dict[str, list[int]] = {}
+    details: dict[str, str] = {}
+    for row in rows:
+        lines_by.setdefault(row.reason, []).append(row.line)
+        details.setdefault(row.reason, row.detail)
+    for reason, lines in lines_by.items():
+        shown = ", ".join(map(str, lines[:SHOWN_LINES])) + (
+            " …" if len(lines) > SHOWN_LINES else ""
+        )
+        table.add_row(reason, str(len(lines)), shown, details[reason])
+    return table
 
 
 def _per_root_table(stats: tuple[GraphStats, ...]) -> Table:
@@ -153,6 +190,8 @@ def stats_cmd(
     from maserve_prefect.trace.bundle import import_bundle
 
     try:
+        if bundle.name != "trace.jsonl":
+            check_bundle_dir(bundle)
         trace = import_bundle(bundle).trace
         summary = trace_graph_summary(trace)
     except MaserveError as exc:
@@ -218,7 +257,7 @@ def export_cmd(
     the manifest noting it is partial (Prefect never finished those flow runs)."""
     from maserve_prefect import prefect_server
     from maserve_prefect.cli.run_cmd import open_ledger
-    from maserve_prefect.settings import get_settings
+    from maserve_prefect.settings import get_settings, private_dir
     from maserve_prefect.trace.bundle import export_bundle
     from maserve_prefect.trace.prefect_export import export_from_prefect, wait_for_prefect
     from maserve_prefect.trace.runs import RunStatus
@@ -227,6 +266,8 @@ def export_cmd(
     try:
         if (flow_run is None) == (run is None):
             raise ConfigError("give exactly one of --flow-run ID or --run TRACE_ID")
+        if out is not None:
+            check_out_dir(out, "--out")
         if run is not None:
             with open_ledger(ledger_url) as ledger:
                 status = {r.trace_id: r.status for r in ledger.list_runs()}.get(run)
@@ -245,7 +286,10 @@ def export_cmd(
             result.check()
             tid = result.trace.manifest.trace_id
             suffix = f"-{str(flow_run)[:8]}" if flow_run is not None else ""
+            if out is None:
+                private_dir(get_settings().home)
             dest = out or get_settings().home / "traces" / f"{tid}{suffix}-prefect"
+            check_out_dir(dest, "--out")
             written = export_bundle(result.trace, ledger.cas, dest, overwrite=force)
     except MaserveError as exc:
         _fail(str(exc))

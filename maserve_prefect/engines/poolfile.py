@@ -38,6 +38,8 @@ class DeploymentEntry(BaseModel):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    """Context window (vLLM's `--max-model-len`); None: the model's `max_position_embeddings`."""
     kv_cache_gib: float | None = Field(default=None, gt=0)
     host_kv_gib: float | None = Field(default=None, gt=0)
     """A second KV tier in host memory (total across TP ranks, like vLLM's
@@ -50,6 +52,8 @@ class DeploymentEntry(BaseModel):
             sched.append(("max_num_seqs", self.max_num_seqs))
         if self.max_num_batched_tokens is not None:
             sched.append(("max_num_batched_tokens", self.max_num_batched_tokens))
+        if self.max_model_len is not None:
+            sched.append(("max_model_len", self.max_model_len))
         return Deployment(
             name=self.name,
             model=self.model,

@@ -157,7 +157,11 @@ def drain_engine(scenario: Scenario) -> DrainReport | None:
 
     # Bounded by the arm's wall-clock limit (`--timeout`), as every wait of an arm is.
     limit = scenario.wall_timeout_s()
-    return drain_server(target.base_url, timeout_s=min(DRAIN_TIMEOUT_S, limit or DRAIN_TIMEOUT_S))
+    return drain_server(
+        target.base_url,
+        timeout_s=min(DRAIN_TIMEOUT_S, limit or DRAIN_TIMEOUT_S),
+        **target.client_auth(),
+    )
 
 
 def lock_deadlines(scenario: Scenario, ts: TraceSet) -> LockedDeadlines:
@@ -254,6 +258,22 @@ def arm_barrier(scenario: Scenario, ts: TraceSet, arm: Arm) -> list[BarrierEdge]
     return edges
 
 
+def check_deadline_classes(scenario: Scenario, ts: TraceSet) -> None:
+    """Refuse a deadline for a class no root of the trace set has (a typo would otherwise
+    leave the class without a deadline and its attainment unmeasured).
+
+    Raises:
+        ConfigError: naming the scenario file, the unknown classes and the known ones.
+    """
+    known = {root_class(r) for r in ts.trace.roots}
+    unknown = sorted(set(scenario.deadlines.classes) - known)
+    if unknown:
+        raise ConfigError(
+            f"scenario {scenario.source}: deadlines.classes names {', '.join(unknown)}, which no "
+            f"root of the trace set has; its classes are {', '.join(sorted(known)) or '(none)'}"
+        )
+
+
 def run_arm(
     scenario: Scenario, ts: TraceSet, arm: Arm, block: int, deadlines: Mapping[str, float]
 ) -> ArmResult:
@@ -317,6 +337,7 @@ def run_scenario(
     """
     parse_engine(scenario.engine)
     ts = build_trace_set(scenario, loaded)
+    check_deadline_classes(scenario, ts)
     for arm in scenario.arms:
         arm_barrier(scenario, ts, arm)  # a bad barrier is refused before anything replays
     deadlines, reference, reference_state = lock_deadlines(scenario, ts)

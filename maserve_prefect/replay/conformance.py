@@ -312,7 +312,7 @@ def render(reports: list[ConformanceReport], *, title: str = "conformance audit"
         table.add_column(col, justify="left" if col in ("arm", "rule", "verdict") else "right")
     for r in reports:
         rule = f"{r.rule} (non-causal reference)" if r.non_causal else r.rule
-        verdict = "ok" if r.passed else _why(r)
+        verdict = "ok" if r.passed else "FAIL: " + failure_reason(r)
         ratio = "-" if r.root_ratio_median is None else f"{r.root_ratio_median:.2f}"
         table.add_row(
             r.arm, rule, str(r.num_ops_checked), str(len(r.incomplete_ops)),
@@ -323,7 +323,8 @@ def render(reports: list[ConformanceReport], *, title: str = "conformance audit"
     return table
 
 
-def _why(r: ConformanceReport) -> str:
+def failure_reason(r: ConformanceReport) -> str:
+    """Why `r` did not pass, in a few words ("" when it passed)."""
     reasons = []
     if r.incomplete_ops:
         reasons.append(f"{len(r.incomplete_ops)} ops incomplete ({_ids(r.incomplete_ops, 3)})")
@@ -336,4 +337,4 @@ def _why(r: ConformanceReport) -> str:
         reasons.append("early releases")
     if not r.lateness_ok:
         reasons.append("late releases")
-    return "FAIL: " + ", ".join(reasons)
+    return ", ".join(reasons)

@@ -28,6 +28,11 @@ computed and locked once, before any arm runs). Errors name the file and the fie
 
 Relative paths (bundles, pool files) are resolved against the scenario file's folder.
 
+Every number must be finite (`.inf` / `.nan` are refused: an infinite rate or an arrival at
+infinity would never end the run), a measurement window must end after it starts, a uniform
+think time needs `low_s <= high_s`, and a deadline must name a class some root of the trace set
+has (checked when the scenario runs, `replay.arms.check_deadline_classes`).
+
 A `barrier` entry takes one of three forms (`BarrierSpec`): `before` + `after` stage names (every
 root; `root_id` restricts it to one), `src` + `dst` op ids (one root's ops), or `src` + `dst` op
 ids relative to a root with `each_root: true` (`trace.barrier.PerRootEdge`: one edge in every
@@ -51,10 +56,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from maserve_prefect.engines.target import parse_engine
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, MaserveError
 from maserve_prefect.trace.barrier import Barrier, BarrierEdge, PerRootEdge, StageBarrier
 from maserve_prefect.trace.release import ReleaseRule
 from maserve_prefect.workloads import arrivals as arr
@@ -66,7 +71,7 @@ enough for a demo-scale arm on a slow server, short enough that a stuck op ends 
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class NativeRecipe(_Model):
@@ -118,6 +123,15 @@ class Think(_Model):
     value_s: float = Field(default=0.0, ge=0, description="constant value / exponential mean")
     low_s: float = Field(default=0.0, ge=0)
     high_s: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered_bounds(self) -> Think:
+        if self.dist == "uniform" and self.low_s > self.high_s:
+            raise ValueError(
+                f"uniform think time needs low_s <= high_s, got low_s={self.low_s} > "
+                f"high_s={self.high_s}"
+            )
+        return self
 
 
 class ClosedLoop(_Model):
@@ -233,6 +247,15 @@ class Window(_Model):
     start_s: float = Field(default=0.0, ge=0)
     end_s: float | None = None
 
+    @model_validator(mode="after")
+    def _ends_after_start(self) -> Window:
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError(
+                f"the window must end after it starts, got start_s={self.start_s} >= "
+                f"end_s={self.end_s}; swap them, or leave end_s out for no end"
+            )
+        return self
+
     def holds(self, offset_s: float) -> bool:
         return offset_s >= self.start_s and (self.end_s is None or offset_s < self.end_s)
 
@@ -254,7 +277,7 @@ class Reference(_Model):
 class Deadlines(_Model):
     """Per-class deadlines in seconds; classes left out come from `reference` when given."""
 
-    classes: dict[str, float] = Field(default_factory=dict)
+    classes: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     reference: Reference | None = None
 
 
@@ -276,6 +299,16 @@ class Scenario(_Model):
     base_dir: Path = Path(".")
     source: str = "(inline)"
     """Where the scenario was read from (set by `parse_scenario`), for errors found when it runs."""
+
+    @field_validator("engine")
+    @classmethod
+    def _redacted_engine(cls, value: str) -> str:
+        """Keep the engine's redacted form: credentials in its URL stay in this process only
+        (`engines.target`); a malformed engine is refused when the scenario runs."""
+        try:
+            return str(parse_engine(value))
+        except MaserveError:
+            return value
 
     @model_validator(mode="after")
     def _unique_names(self) -> Scenario:

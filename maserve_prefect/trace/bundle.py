@@ -49,7 +49,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from maserve_prefect.dag import topological_order
-from maserve_prefect.errors import BundleExistsError, IntegrityError, TraceImportError
+from maserve_prefect.errors import BundleExistsError, IntegrityError, TraceError, TraceImportError
 from maserve_prefect.trace.cas import BlobStore, MemoryStore, fsync_dir, is_digest, sha256_hex
 from maserve_prefect.trace.model import (
     SCHEMA_VERSION,
@@ -179,8 +179,14 @@ def export_bundle(trace: Trace, store: BlobStore, dest: Path, *, overwrite: bool
     digests = sorted({d for op in canon.ops for d in _refs(op)})
     text = "\n".join(_bundle_lines(canon, num_blobs=len(digests))) + "\n"
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    except OSError as exc:  # a file where a folder must be, no permission, read-only disk
+        raise TraceError(
+            f"{dest}: cannot write a bundle there ({exc.strerror or exc}); choose a folder "
+            "path whose parents are folders you can write"
+        ) from None
     try:
         _write_durably(tmp / TRACE_FILE, text.encode("utf-8"))
         (tmp / BLOB_DIR).mkdir()
@@ -228,6 +234,12 @@ def import_bundle(
         raise TraceImportError(
             f"{trace_file}: no such file; a bundle folder holds {TRACE_FILE} and {BLOB_DIR}/"
         ) from None
+    except (NotADirectoryError, IsADirectoryError):
+        raise TraceImportError(
+            f"{src}: not a bundle folder; give the folder that holds {TRACE_FILE} and {BLOB_DIR}/"
+        ) from None
+    except OSError as exc:
+        raise TraceImportError(f"{trace_file}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
         raise TraceImportError(f"{trace_file}: not UTF-8 text ({exc.reason})") from exc
 

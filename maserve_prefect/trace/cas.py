@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from maserve_prefect.errors import BlobNotFoundError, IntegrityError, TraceValidationError
+from maserve_prefect.settings import private_dir
 
 _DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -155,7 +156,7 @@ class ContentStore(_JsonMixin):
         path = self.root / digest[:2] / digest
         if path.exists():
             return digest
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:

@@ -11,7 +11,8 @@ SQLite specifics live here and nowhere else:
   busy timeout so a second process waits for the write lock instead of failing;
 - `sqlite://` (in memory) uses one shared connection (`StaticPool`) so every session and thread
   sees the same database — what tests use when durability is not the point;
-- the folder of a file database is created on first use.
+- the folder of a file database is created on first use (mode 0700 for folders it creates), and
+  the file itself mode 0600 (`settings.private_dir` / `private_file`).
 
 Examples:
     >>> from sqlalchemy import inspect
@@ -32,7 +33,7 @@ from sqlalchemy.pool import StaticPool
 from sqlmodel import SQLModel, create_engine
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.settings import get_settings
+from maserve_prefect.settings import get_settings, private_dir, private_file
 from maserve_prefect.trace.tables import LEDGER_TABLES
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -75,7 +76,14 @@ def make_engine(url: str | URL | None = None, *, echo: bool = False) -> Engine:
             kwargs["poolclass"] = StaticPool
         else:
             assert parsed.database is not None
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            db_file = Path(parsed.database).expanduser()
+            try:
+                private_file(private_dir(db_file.parent) / db_file.name)
+            except OSError as exc:
+                raise ConfigError(
+                    f"ledger database {db_file}: cannot create it ({exc.strerror or exc}); set "
+                    "MASERVE_HOME or MASERVE_LEDGER_URL to a folder you can write"
+                ) from None
     engine = create_engine(parsed, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         _install_sqlite_pragmas(engine, wal=not is_memory_sqlite(parsed))

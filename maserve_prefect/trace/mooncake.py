@@ -11,6 +11,16 @@ i.e. the hash list covers the prompt with a partial last block at most. Each acc
 carrying the token counts, prefix-block hashes, and `ready_s = submitted_s = arrival_s` (the
 timestamp *is* the observed submission, which the Arrival release rule replays).
 
+Rows whose values no replay could serve are rejected too: `input_length + output_length` beyond
+`max_context_tokens` (a model's context window: `--model` in the CLI; by default
+`MAX_CONTEXT_TOKENS`, above any model's) and timestamps beyond a 100-year span
+(`MAX_TIMESTAMP_MS`).
+
+Rows that import but look wrong are *warnings* (`MooncakeImport.warnings`, same shape as the
+rejections): a zero `input_length` or `output_length`, a timestamp earlier than an earlier row's
+(out of order), and a row equal to an earlier one (duplicate). `strict=True` refuses the first
+rejected row *or* warning. A file from which no row imports is an error, never an empty trace.
+
 Root ids carry the 1-based source line, zero-padded to six digits (`mc-000001`), so a root can be
 traced back to its row even when earlier rows were skipped. Blank lines are not rows.
 
@@ -42,6 +52,11 @@ from maserve_prefect.errors import TraceImportError
 from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, OpTimes, RootRecord, Trace
 
 MOONCAKE_BLOCK_SIZE = 512
+MAX_CONTEXT_TOKENS = 1 << 24
+"""Tokens per request (prompt + output) above which a row is refused when no model is named:
+larger than any model's context window (16,777,216)."""
+MAX_TIMESTAMP_MS = 100 * 365.25 * 86_400 * 1000.0
+"""A 100-year span: timestamps (ms since the trace start) beyond it are refused."""
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
@@ -51,8 +66,9 @@ class RejectedRow:
 
     Attributes:
         line: 1-based line number in the source file.
-        reason: short category (`malformed_json`, `not_an_object`, `missing_field`, `bad_type`,
-            `negative_value`, `block_count`), for grouping.
+        reason: short category, for grouping: rejections `malformed_json`, `not_an_object`,
+            `missing_field`, `bad_type`, `negative_value`, `block_count`, `beyond_context`,
+            `timestamp_range`; warnings `zero_length`, `out_of_order`, `duplicate`.
         detail: what exactly was wrong and the offending values.
     """
 
@@ -69,11 +85,13 @@ class MooncakeImport:
         trace: the imported trace (accepted rows only).
         num_rows: non-blank lines read.
         rejected: rows skipped, in line order.
+        warnings: rows imported that look wrong (zero length, out of order, duplicate).
     """
 
     trace: Trace
     num_rows: int
     rejected: list[RejectedRow] = field(default_factory=list)
+    warnings: list[RejectedRow] = field(default_factory=list)
 
     @property
     def num_accepted(self) -> int:
@@ -82,10 +100,18 @@ class MooncakeImport:
 
     def rejected_by_reason(self) -> dict[str, list[int]]:
         """Reason category → line numbers, in line order."""
-        out: dict[str, list[int]] = defaultdict(list)
-        for row in self.rejected:
-            out[row.reason].append(row.line)
-        return dict(out)
+        return _by_reason(self.rejected)
+
+    def warnings_by_reason(self) -> dict[str, list[int]]:
+        """Warning category → line numbers, in line order."""
+        return _by_reason(self.warnings)
+
+
+def _by_reason(rows: list[RejectedRow]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        out[row.reason].append(row.line)
+    return dict(out)
 
 
 class _BadRow(Exception):
@@ -107,7 +133,9 @@ def _int_field(row: dict[str, Any], name: str) -> int:
     return value
 
 
-def _parse_row(raw: bytes, block_size: int) -> tuple[float, int, int, tuple[int, ...]]:
+def _parse_row(
+    raw: bytes, block_size: int, max_context_tokens: int
+) -> tuple[float, int, int, tuple[int, ...]]:
     """Check one line; return (arrival_s, input_length, output_length, hash_ids)."""
     try:
         row = json.loads(raw)
@@ -125,8 +153,20 @@ def _parse_row(raw: bytes, block_size: int) -> tuple[float, int, int, tuple[int,
         raise _BadRow("bad_type", f"timestamp must be finite, got {ts}")
     if ts < 0:
         raise _BadRow("negative_value", f"timestamp must be >= 0 ms, got {ts}")
+    if ts > MAX_TIMESTAMP_MS:
+        raise _BadRow(
+            "timestamp_range",
+            f"timestamp {ts} ms is beyond a 100-year span ({MAX_TIMESTAMP_MS:.0f} ms); "
+            "timestamps are ms since the trace start",
+        )
     num_in = _int_field(row, "input_length")
     num_out = _int_field(row, "output_length")
+    if num_in + num_out > max_context_tokens:
+        raise _BadRow(
+            "beyond_context",
+            f"input_length + output_length = {num_in + num_out} tokens exceeds the context "
+            f"window of {max_context_tokens} tokens",
+        )
     hash_ids = row["hash_ids"]
     if not isinstance(hash_ids, list) or any(
         isinstance(h, bool) or not isinstance(h, int) for h in hash_ids
@@ -161,22 +201,50 @@ def _records(
     return root, op
 
 
+def _warnings(
+    parsed: tuple[float, int, int, tuple[int, ...]], latest_s: float, seen: set[bytes]
+) -> list[tuple[str, str]]:
+    """The warnings of an accepted row: (reason, detail); records its key in `seen`."""
+    arrival_s, num_in, num_out, _ = parsed
+    found = []
+    if num_in == 0 or num_out == 0:
+        found.append(
+            ("zero_length", f"input_length={num_in}, output_length={num_out}: a zero length")
+        )
+    if arrival_s < latest_s:
+        found.append(
+            ("out_of_order", f"timestamp {arrival_s * 1000:g} ms is earlier than an earlier "
+             f"row's {latest_s * 1000:g} ms")
+        )  # fmt: skip
+    key = hashlib.blake2b(repr(parsed).encode(), digest_size=16).digest()
+    if key in seen:
+        found.append(("duplicate", "the same timestamp, lengths and hash_ids as an earlier row"))
+    seen.add(key)
+    return found
+
+
 def import_mooncake(
-    path: str | Path, *, strict: bool = False, block_size: int = MOONCAKE_BLOCK_SIZE
+    path: str | Path,
+    *,
+    strict: bool = False,
+    block_size: int = MOONCAKE_BLOCK_SIZE,
+    max_context_tokens: int = MAX_CONTEXT_TOKENS,
 ) -> MooncakeImport:
     """Read a Mooncake JSONL trace into a Semantic Trace.
 
     Args:
         path: the JSONL file.
-        strict: raise at the first bad row instead of skipping it.
+        strict: raise at the first bad row or warning instead of skipping / noting it.
         block_size: tokens per `hash_ids` block (512 in the FAST'25 traces).
+        max_context_tokens: refuse rows whose prompt plus output exceed it (a model's context
+            window).
 
     Returns:
-        The trace of accepted rows, the number of rows read and the rejected rows.
+        The trace of accepted rows, the number of rows read, the rejected rows and warnings.
 
     Raises:
-        TraceImportError: the file cannot be read, or (`strict=True`) a row is bad; the message
-            names the file and line.
+        TraceImportError: the file cannot be read, no row was imported, or (`strict=True`) a
+            row is bad or draws a warning; the message names the file and line.
 
     Examples:
         >>> import_mooncake("/no/such.jsonl")  # doctest: +ELLIPSIS
@@ -187,10 +255,15 @@ def import_mooncake(
     path = Path(path)
     if block_size <= 0:
         raise TraceImportError(f"block_size must be positive, got {block_size}")
+    if max_context_tokens <= 0:
+        raise TraceImportError(f"max_context_tokens must be positive, got {max_context_tokens}")
     digest = hashlib.sha256()
     roots: list[RootRecord] = []
     ops: list[OpRecord] = []
     rejected: list[RejectedRow] = []
+    warnings: list[RejectedRow] = []
+    seen: set[bytes] = set()
+    latest_s = -math.inf
     num_rows = 0
     try:
         with path.open("rb") as fh:
@@ -200,7 +273,7 @@ def import_mooncake(
                     continue
                 num_rows += 1
                 try:
-                    parsed = _parse_row(raw, block_size)
+                    parsed = _parse_row(raw, block_size, max_context_tokens)
                 except _BadRow as bad:
                     if strict:
                         raise TraceImportError(
@@ -209,11 +282,29 @@ def import_mooncake(
                         ) from None
                     rejected.append(RejectedRow(line_no, bad.reason, bad.detail))
                     continue
+                for reason, detail in _warnings(parsed, latest_s, seen):
+                    if strict:
+                        raise TraceImportError(
+                            f"{path}:{line_no}: {detail} ({reason}); fix the row or import "
+                            "without --strict to keep it with a warning"
+                        )
+                    warnings.append(RejectedRow(line_no, reason, detail))
+                latest_s = max(latest_s, parsed[0])
                 root, op = _records(line_no, parsed, block_size)
                 roots.append(root)
                 ops.append(op)
     except OSError as exc:
-        raise TraceImportError(f"cannot read Mooncake trace {path}: {exc.strerror}") from exc
+        raise TraceImportError(f"cannot read Mooncake trace {path}: {exc.strerror}") from None
+    if not roots:
+        reasons = ", ".join(
+            f"{len(lines)} {reason}" for reason, lines in _by_reason(rejected).items()
+        )
+        raise TraceImportError(
+            f"{path}: no row imported ({num_rows} rows read"
+            + (f"; rejected: {reasons}" if reasons else "")
+            + "); a Mooncake trace holds one JSON object per line with timestamp, "
+            "input_length, output_length and hash_ids"
+        )
     sha = digest.hexdigest()
     manifest = Manifest(
         trace_id=f"mooncake-{path.stem}-{sha[:12]}",
@@ -224,9 +315,10 @@ def import_mooncake(
             "block_size": block_size,
             "num_rows": num_rows,
             "num_rejected": len(rejected),
+            "num_warnings": len(warnings),
         },
     )
     trace = Trace.model_construct(
         manifest=manifest, roots=roots, stages=[], sessions=[], ops=ops, samples=[]
     )
-    return MooncakeImport(trace=trace, num_rows=num_rows, rejected=rejected)
+    return MooncakeImport(trace=trace, num_rows=num_rows, rejected=rejected, warnings=warnings)

@@ -25,6 +25,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,16 @@ class ThinkTime:
     dist: str
     a: float
     b: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.a) and math.isfinite(self.b)) or min(self.a, self.b) < 0:
+            raise ConfigError(
+                f"think time {self.dist} ({self.a}, {self.b}): values must be finite and >= 0"
+            )
+        if self.dist == "uniform" and self.a > self.b:
+            raise ConfigError(
+                f"uniform think time needs low <= high, got low={self.a} > high={self.b}"
+            )
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """`n` draws from `rng`."""
@@ -68,8 +79,10 @@ class PoissonArrivals:
 
     def offsets(self, n: int) -> list[float]:
         """Start offsets of `n` roots; the first at 0."""
-        if self.rate_per_s <= 0:
-            raise ConfigError(f"poisson arrivals need rate_per_s > 0, got {self.rate_per_s}")
+        if not 0 < self.rate_per_s < math.inf:
+            raise ConfigError(
+                f"poisson arrivals need a finite rate_per_s > 0, got {self.rate_per_s}"
+            )
         gaps = np.random.default_rng(self.seed).exponential(1.0 / self.rate_per_s, n)
         if n:
             gaps[0] = 0.0

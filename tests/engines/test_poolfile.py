@@ -24,7 +24,7 @@ def test_default_pool_loads_every_placement_warm() -> None:
     ("text", "message"),
     [
         ("- just\n- a list\n", "expected a mapping"),
-        ("devices: [H100:0]\n  bad: [\n", "cannot read it"),
+        ("devices: [H100:0]\n  bad: [\n", "not valid YAML: line 2"),
         (
             "devices: [H100:0]\ndeployments: [{name: m, model: Qwen3-8B}]\n"
             "placements: [{deployment: m, device: H100:9}]\n",

@@ -60,7 +60,11 @@ def test_waiting_on_a_rejected_ticket_raises() -> None:
 
 def test_rejections_name_the_reason() -> None:
     _, rep = make_replica(64, max_model_len=100)
-    assert "max_model_len" in rep.submit(req("long", 90, 20)).reason
+    assert rep.submit(req("long", 90, 20)).reason == (  # vLLM's words for a request over it
+        "This model's maximum context length is 100 tokens. However, you requested 110 tokens "
+        "(90 in the messages, 20 in the completion). Please reduce the length of the messages "
+        "or completion."
+    )
     assert rep.submit(req("a", 10, 1)).accepted
     assert "already in flight" in rep.submit(req("a", 10, 1)).reason
     rep.set_accepting(False)

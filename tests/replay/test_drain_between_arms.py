@@ -167,8 +167,15 @@ def test_the_pre_arm_drain_is_bounded_by_the_arm_timeout(monkeypatch: pytest.Mon
 
     seen: list[float] = []
 
-    def fake_drain(base_url: str, *, timeout_s: float = wall.DRAIN_TIMEOUT_S) -> DrainReport:
+    def fake_drain(
+        base_url: str,
+        *,
+        timeout_s: float = wall.DRAIN_TIMEOUT_S,
+        api_key: str = "EMPTY",
+        headers: dict[str, str] | None = None,
+    ) -> DrainReport:
         seen.append(timeout_s)
+        assert (api_key, headers) == ("EMPTY", {})  # no credentials configured
         return DrainReport(True, True, 0.0)
 
     monkeypatch.setattr(wall, "drain_server", fake_drain)

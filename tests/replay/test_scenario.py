@@ -15,6 +15,8 @@ from maserve_prefect.trace.barrier import BarrierEdge, PerRootEdge
 from maserve_prefect.trace.cas import MemoryStore
 
 TOY = {"tgt": (make_trace(2, workflow="toy"), MemoryStore())}
+TWO_CLASSES = {"tgt": (make_trace(2, workflow="toy"), MemoryStore()),
+               "bg": (make_trace(1, workflow="other"), MemoryStore())}  # fmt: skip
 
 
 def _scenario(**extra: object) -> dict[str, object]:
@@ -71,14 +73,43 @@ def test_cohorts_are_namespaced_and_background_is_not_measured() -> None:
 
 
 def test_deadlines_are_locked_from_the_reference_before_arms() -> None:
-    s = parse_scenario(_scenario(deadlines={"classes": {"other": 9.0},
-                                            "reference": {"factor": 2.0, "quantile": 0.5}}))  # fmt: skip
-    res = run_scenario(s, prefect=False, loaded=TOY)
+    cohorts = [{"name": "tgt", "bundle": "x"}, {"name": "bg", "role": "background", "bundle": "y"}]
+    s = parse_scenario(_scenario(cohorts=cohorts, deadlines={"classes": {"other": 9.0},
+                                 "reference": {"factor": 2.0, "quantile": 0.5}}))  # fmt: skip
+    res = run_scenario(s, prefect=False, loaded=TWO_CLASSES)
     # alone, a toy root takes its longest tool op (2 s); the deadline is 2 x the median
-    assert res.reference_latency_s == {"toy": [2.0, 2.0]}
+    assert res.reference_latency_s["toy"] == [2.0, 2.0]
     assert res.deadlines_s == {"other": 9.0, "toy": 4.0}
-    only_dag = parse_scenario(_scenario(arms=[{"name": "dag"}], deadlines=s.deadlines.model_dump()))
-    assert run_scenario(only_dag, prefect=False, loaded=TOY).deadlines_s == res.deadlines_s
+    only_dag = parse_scenario(
+        _scenario(cohorts=cohorts, arms=[{"name": "dag"}], deadlines=s.deadlines.model_dump())
+    )
+    assert run_scenario(only_dag, prefect=False, loaded=TWO_CLASSES).deadlines_s == res.deadlines_s
+
+
+def test_a_deadline_for_a_class_no_root_has_is_refused_before_anything_runs() -> None:
+    s = parse_scenario(_scenario(deadlines={"classes": {"toy": 3.0, "tyop": 9.0}}))
+    with pytest.raises(ConfigError, match=r"deadlines\.classes names tyop.*classes are toy"):
+        run_scenario(s, prefect=False, loaded=TOY)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "why"),
+    [
+        ({"arrivals": {"kind": "poisson", "rate_per_s": float("inf")}}, "rate_per_s", "finite"),
+        ({"arrivals": {"kind": "burst", "at_s": float("inf")}}, "at_s", "finite"),
+        ({"window": {"start_s": 5.0, "end_s": 1.0}}, "window", "end after it starts"),
+        ({"deadlines": {"classes": {"toy": float("nan")}}}, "classes", "finite"),
+        ({"deadlines": {"classes": {"toy": 0.0}}}, "classes", "greater than 0"),
+        ({"arrivals": {"kind": "closed_loop", "users": 1,
+                       "think_time": {"dist": "uniform", "low_s": 3, "high_s": 1}}},
+         "think_time", "low_s <= high_s"),
+    ],
+)  # fmt: skip
+def test_impossible_numbers_are_refused_naming_the_field(
+    extra: dict[str, object], field: str, why: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"{field}.*{why}"):
+        parse_scenario(_scenario(**extra))
 
 
 def test_blocks_alternate_arm_order_and_summarize_median_range() -> None:

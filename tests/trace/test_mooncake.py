@@ -10,7 +10,7 @@ import pytest
 
 from maserve_prefect.errors import TraceImportError
 from maserve_prefect.trace.model import OpKind, Trace
-from maserve_prefect.trace.mooncake import import_mooncake
+from maserve_prefect.trace.mooncake import MAX_TIMESTAMP_MS, import_mooncake
 
 
 def row(ts: object = 0, n_in: object = 600, n_out: object = 5, hashes: object = (1, 2)) -> str:
@@ -115,16 +115,16 @@ def test_block_rule_boundaries_accepted(tmp_path: Path) -> None:
 
 
 def test_strict_raises_naming_file_and_line(tmp_path: Path) -> None:
-    path = write(tmp_path, row(), row(), "{oops")
+    path = write(tmp_path, row(), row(ts=1), "{oops")
     with pytest.raises(TraceImportError, match=rf"{path}:3: not valid JSON"):
         import_mooncake(path, strict=True)
 
 
 def test_block_size_parameter(tmp_path: Path) -> None:
-    path = write(tmp_path, row(n_in=600, hashes=(1, 2, 3)))
+    path = write(tmp_path, row(n_in=600, hashes=(1, 2, 3)), row(ts=1, n_in=600, hashes=(1, 2)))
     assert import_mooncake(path).rejected[0].reason == "block_count"
     res = import_mooncake(path, block_size=256)
-    assert res.rejected == [] and res.trace.ops[0].block_size == 256
+    assert [r.line for r in res.rejected] == [2] and res.trace.ops[0].block_size == 256
     with pytest.raises(TraceImportError, match="block_size must be positive"):
         import_mooncake(path, block_size=0)
 
@@ -137,3 +137,58 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_rejected_by_reason_groups_lines(tmp_path: Path) -> None:
     res = import_mooncake(write(tmp_path, "x", row(), "y", row(n_out=-1)))
     assert res.rejected_by_reason() == {"malformed_json": [1, 3], "negative_value": [4]}
+
+
+def test_zero_lengths_out_of_order_and_duplicates_warn_and_strict_refuses(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        row(ts=10),
+        row(ts=20, n_out=0),  # zero output length
+        row(ts=5),  # earlier than line 2
+        row(ts=10),  # the same as line 1, and out of order
+        row(ts=30),
+    )
+    res = import_mooncake(path)
+    assert res.num_accepted == 5 and res.rejected == []
+    assert res.warnings_by_reason() == {
+        "zero_length": [2],
+        "out_of_order": [3, 4],
+        "duplicate": [4],
+    }
+    assert res.trace.manifest.notes["num_warnings"] == 4
+    with pytest.raises(TraceImportError, match=rf"{path}:2: .*zero length.*--strict"):
+        import_mooncake(path, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (row(n_out=2**63), "beyond_context"),
+        (row(n_in=600, n_out=40960 - 600 + 1), "beyond_context"),
+        (row(ts=1e308), "timestamp_range"),
+        (row(ts=MAX_TIMESTAMP_MS * 1.0001), "timestamp_range"),
+    ],
+)
+def test_values_beyond_a_context_or_a_century_are_refused(
+    tmp_path: Path, line: str, reason: str
+) -> None:
+    path = write(tmp_path, row(), line)
+    res = import_mooncake(path, max_context_tokens=40960)
+    assert [(r.line, r.reason) for r in res.rejected] == [(2, reason)]
+    assert len(res.trace.roots) == 1
+    with pytest.raises(TraceImportError, match=rf"{path}:2: "):
+        import_mooncake(path, strict=True, max_context_tokens=40960)
+
+
+def test_a_row_at_the_context_window_is_kept(tmp_path: Path) -> None:
+    res = import_mooncake(
+        write(tmp_path, row(n_in=600, n_out=40960 - 600)), max_context_tokens=40960
+    )
+    assert res.rejected == [] and len(res.trace.roots) == 1
+
+
+@pytest.mark.parametrize("lines", [(), ("",), ("x", row(n_out=-1))])
+def test_an_empty_result_is_an_error(tmp_path: Path, lines: tuple[str, ...]) -> None:
+    path = write(tmp_path, *lines)
+    with pytest.raises(TraceImportError, match=rf"{path}: no row imported"):
+        import_mooncake(path)

@@ -175,6 +175,7 @@ def discover(
     *,
     model: str | None = None,
     api_key: str = "EMPTY",
+    headers: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
     kv_events_endpoint: str | None = None,
     probe: bool = True,
@@ -185,6 +186,8 @@ def discover(
         base_url: server root, with or without `/v1`.
         model: the model to use; None picks the only one served.
         api_key: bearer token (vLLM ignores it unless started with `--api-key`).
+        headers: extra request headers (`EngineTarget.auth_headers`: basic auth replaces the
+            bearer token).
         timeout_s: per-HTTP-call timeout (the probes generate at most 3 tokens).
         kv_events_endpoint: the server's KV-event publisher, if the caller subscribes to it.
         probe: run the three tiny completions (False: report those features as absent).
@@ -194,8 +197,8 @@ def discover(
         ConfigError: a bad URL, an unknown model, or several models and `model=None`.
     """
     url = normalize_base_url(base_url)
-    headers = {"Authorization": f"Bearer {api_key}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=timeout_s) as client:
+    sent = {"Authorization": f"Bearer {api_key}"} | dict(headers or {})
+    with httpx.Client(base_url=url, headers=sent, timeout=timeout_s) as client:
         try:
             resp = client.get("/v1/models")
         except httpx.HTTPError as exc:

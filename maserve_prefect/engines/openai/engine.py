@@ -78,6 +78,8 @@ class OpenAIEngine:
         deployment: the deployment it serves (requests for another are REJECTED); None uses
             the model id.
         api_key: bearer token (vLLM ignores it unless started with `--api-key`).
+        headers: extra request headers (`EngineTarget.auth_headers`: basic auth replaces the
+            bearer token).
         max_concurrency: requests streaming at once; the rest wait in this engine.
         request_timeout_s: limit on one attempt, first byte to last.
         retry: the retry policy.
@@ -105,6 +107,7 @@ class OpenAIEngine:
         name: str = "openai0",
         deployment: str | None = None,
         api_key: str = "EMPTY",
+        headers: Mapping[str, str] | None = None,
         max_concurrency: int = 64,
         request_timeout_s: float = 600.0,
         retry: RetryPolicy | None = None,
@@ -129,7 +132,8 @@ class OpenAIEngine:
         self.name = name
         self.model = model if server_info is None else server_info.model
         self.deployment = deployment if deployment is not None else (self.model or "")
-        self.api_key = api_key
+        self._api_key = api_key  # private: never in a repr, a record or a log line
+        self._headers = dict(headers or {})
         self.max_concurrency = max_concurrency
         self.request_timeout_s = request_timeout_s
         self.retry = retry if retry is not None else RetryPolicy()
@@ -173,7 +177,8 @@ class OpenAIEngine:
                     self._info = discover(
                         self.base_url,
                         model=self.model,
-                        api_key=self.api_key,
+                        api_key=self._api_key,
+                        headers=self._headers,
                         kv_events_endpoint=self.kv_events_endpoint,
                     )
                 except EngineError:
@@ -229,7 +234,8 @@ class OpenAIEngine:
                 raise EngineError(f"{self.name}: attach() on a started or closed engine")
             self._client = openai.AsyncOpenAI(
                 base_url=f"{info.base_url}/v1",
-                api_key=self.api_key,
+                api_key=self._api_key,
+                default_headers=self._headers or None,
                 max_retries=0,
                 timeout=self.request_timeout_s,
             )
@@ -258,7 +264,8 @@ class OpenAIEngine:
     async def _setup(self, info: ServerInfo) -> None:
         self._client = openai.AsyncOpenAI(
             base_url=f"{info.base_url}/v1",
-            api_key=self.api_key,
+            api_key=self._api_key,
+            default_headers=self._headers or None,
             max_retries=0,
             timeout=self.request_timeout_s,
         )

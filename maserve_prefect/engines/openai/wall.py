@@ -28,7 +28,7 @@ Examples:
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import httpx
@@ -118,7 +118,7 @@ def _engine(
         name="openai",
         now=now,
         deliver=deliver,
-        **kwargs,  # type: ignore[arg-type]
+        **(target.client_auth() | kwargs),  # type: ignore[arg-type]
     )
 
 
@@ -240,6 +240,7 @@ def drain_server(
     timeout_s: float = DRAIN_TIMEOUT_S,
     poll_s: float = 0.05,
     api_key: str = "EMPTY",
+    headers: Mapping[str, str] | None = None,
 ) -> DrainReport:
     """Wait until the server at `base_url` is idle, then empty its prefix cache (module doc).
 
@@ -253,6 +254,7 @@ def drain_server(
             connections but never answers holds the drain `timeout_s`, not more).
         poll_s: seconds between polls.
         api_key: bearer token (vLLM ignores it unless started with `--api-key`).
+        headers: extra request headers (`EngineTarget.auth_headers`).
 
     Examples:
         >>> r = drain_server("http://127.0.0.1:9", timeout_s=0.1)  # nothing listens there
@@ -260,9 +262,9 @@ def drain_server(
         (None, False, False)
     """
     start = time.monotonic()
-    headers = {"Authorization": f"Bearer {api_key}"}
+    sent = {"Authorization": f"Bearer {api_key}"} | dict(headers or {})
     deadline = start + timeout_s
-    with httpx.Client(base_url=base_url, headers=headers, timeout=_left(deadline)) as client:
+    with httpx.Client(base_url=base_url, headers=sent, timeout=_left(deadline)) as client:
         idle, why_busy = _wait_idle(client, deadline, poll_s)
         reset, why_reset = _reset_prefix_cache(client, deadline, poll_s)
     detail = "; ".join(d for d in (why_busy, why_reset) if d)

@@ -33,6 +33,7 @@ import itertools
 from collections.abc import Callable, Collection, Sequence
 
 from maserve_prefect.clock import URGENT, Clock
+from maserve_prefect.engines.sim.context import context_length_error
 from maserve_prefect.engines.sim.cost.step_cost import StepCostModel
 from maserve_prefect.engines.sim.hear.side import ResidencyFeed, SimHear
 from maserve_prefect.engines.sim.kv.host_tier import HostTierConfig
@@ -442,9 +443,8 @@ class SimReplica(ReplicaLoop):
             return f"request id {rid!r} is already in flight on {self.name}"
         total = request.num_prompt() + request.max_tokens
         if total > self.config.max_model_len:
-            return (
-                f"prompt + max_tokens = {total} exceeds max_model_len "
-                f"{self.config.max_model_len}; shorten the prompt or lower max_tokens"
+            return context_length_error(
+                self.config.max_model_len, request.num_prompt(), request.max_tokens
             )
         need = cdiv(total - 1, self.config.block_size)
         if need > self.kv.num_blocks:

@@ -79,7 +79,8 @@ class Deployment:
             cache gets what is left after weights, activations and overhead.
         kv_cache_bytes: explicit KV budget per rank instead (overrides the utilization rule).
         scheduler: `SchedulerConfig` overrides as `(field, value)` pairs (`max_num_seqs`, ...);
-            unset batch limits take vLLM's per-device defaults.
+            unset batch limits take vLLM's per-device defaults, and an unset `max_model_len`
+            the model's context window (`max_position_embeddings`, as vLLM derives it).
         enforce_eager: no torch.compile / CUDA graphs (faster load, no graph memory).
         weight_source: where cold loads read weights from ("disk", "host", "network").
         lifecycle: timing constants for load / sleep / wake / unload (catalog defaults).
@@ -121,8 +122,10 @@ class Deployment:
         return dataclasses.replace(base, enforce_eager=self.enforce_eager)
 
     def scheduler_config(self, gpu: GpuSpec) -> SchedulerConfig:
-        """vLLM's defaults for this device class, then this deployment's overrides."""
-        return SchedulerConfig.for_device(gpu.memory_bytes, gpu.name, **dict(self.scheduler))
+        """vLLM's defaults for this device class and the model's context window, then this
+        deployment's overrides."""
+        kw = {"max_model_len": self.spec.max_position_embeddings} | dict(self.scheduler)
+        return SchedulerConfig.for_device(gpu.memory_bytes, gpu.name, **kw)
 
     def process_bytes(self, gpu: GpuSpec) -> int:
         """Per-rank memory of the running process besides weights and KV (module docstring)."""

@@ -5,7 +5,8 @@ transfer encoding, a usage chunk, `data: [DONE]`), answers `/v1/models`, `/versi
 `/metrics` like vLLM, and has knobs: fail the next K streaming calls with a status, drop the
 connection mid-stream, delay each chunk, hold streams until released, reject `priority` with 400
 (a vLLM not started with `--scheduling-policy priority`), return token ids when asked. Every
-POST body is recorded in `received` so a test can assert what the engine sent.
+POST body is recorded in `received`, and every request's `Authorization` header in
+`authorizations`, so a test can assert what the engine sent.
 
 Output: `max_tokens` tokens (token id `100 + i`, text `" t<i>"`), unless a test sets
 `num_output_tokens`. Prompt tokens: the length of a token-id prompt, else the number of
@@ -48,6 +49,7 @@ class StubServer:
     config: StubConfig
     url: str = ""
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def streams(self) -> list[dict[str, Any]]:
@@ -99,7 +101,12 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _note_auth(self) -> None:
+            with stub.lock:
+                stub.authorizations.append(self.headers.get("Authorization", ""))
+
         def do_GET(self) -> None:
+            self._note_auth()
             if self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": cfg.models})
             elif self.path == "/version" and cfg.vllm:
@@ -111,6 +118,7 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self) -> None:
+            self._note_auth()
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
             with stub.lock:
