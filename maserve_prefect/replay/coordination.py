@@ -47,18 +47,14 @@ def parallel_forks(composition: Node) -> dict[tuple[str, str], str]:
     return out
 
 
-def _forks_of(workflow: str, cache: dict[str, dict[tuple[str, str], str]]) -> dict:
-    if workflow not in cache:
-        forks: dict[tuple[str, str], str] = {}
-        if workflow:
-            try:
-                spec = get_workflow(workflow).spec
-            except ConfigError:  # not an installed workflow (an import, a synthetic trace)
-                spec = None
-            if spec is not None and spec.composition is not None:
-                forks = parallel_forks(spec.composition)
-        cache[workflow] = forks
-    return cache[workflow]
+def workflow_composition(workflow: str) -> Node | None:
+    """The Γ of an installed workflow (None for an unknown name, e.g. an imported trace's)."""
+    if not workflow:
+        return None
+    try:
+        return get_workflow(workflow).spec.composition
+    except ConfigError:  # not an installed workflow (an import, a synthetic trace)
+        return None
 
 
 def coordination_stage_of(trace: Trace) -> StageOf:
@@ -67,6 +63,12 @@ def coordination_stage_of(trace: Trace) -> StageOf:
     workflow = {r.root_id: r.workflow for r in trace.roots}
     cache: dict[str, dict[tuple[str, str], str]] = {}
 
+    def forks(name: str) -> dict[tuple[str, str], str]:
+        if name not in cache:
+            composition = workflow_composition(name)
+            cache[name] = parallel_forks(composition) if composition is not None else {}
+        return cache[name]
+
     def stage_of(a: OpRecord, b: OpRecord) -> str | None:
         same = same_stage_instance(a, b)
         if same is not None or a.root_id != b.root_id:
@@ -74,7 +76,7 @@ def coordination_stage_of(trace: Trace) -> StageOf:
         sa, sb = stages.get(a.stage_id), stages.get(b.stage_id)
         if sa is None or sb is None or sa.iteration != sb.iteration:
             return None
-        label = _forks_of(workflow.get(a.root_id, ""), cache).get((sa.name, sb.name))
+        label = forks(workflow.get(a.root_id, "")).get((sa.name, sb.name))
         return None if label is None else f"{a.root_id}/{label}"
 
     return stage_of
