@@ -21,7 +21,9 @@ root's class (`metrics.task.root_class`), `UNKNOWN_CLASS` when the id is not in 
 Bytes `B = W + KV_read + KV_write + act` per step: `W = (P + H·V)·dtype` (all weights read
 once per step); `KV_read = Σ (c + n) · kv_bytes_per_token` (every cached and new K/V read once);
 `KV_write = T · kv_bytes_per_token`; `act = dtype · (L·T·Σ(in + out) + r·(H + V) + T·H)` (GEMM
-inputs and outputs, lm_head, embedding gather). Intensity = F / B FLOP/byte. A fast-forwarded
+inputs and outputs, lm_head, embedding gather). Intensity = F / B FLOP/byte per step; a run's (or a
+replica's) intensity is `ΣF / ΣB` over its steps (`run_intensity`, the paper's aggregate run
+intensity), not a time-weighted mean of per-step ratios. A fast-forwarded
 decode run of k steps sums those terms over its steps exactly (one new token per request per
 step: `A = k·c + k(k+1)/2`, `KV_read` likewise, weights read k times).
 
@@ -132,12 +134,18 @@ def step_intensity(record: StepRecord, model: ModelSpec) -> StepIntensity:
     )
 
 
-def time_weighted_intensity(rows: Sequence[StepIntensity]) -> float:
-    """Σ intensity · duration / Σ duration over `rows` (0 when they span no time)."""
-    dur = np.array([r.end_s - r.start_s for r in rows], dtype=np.float64)
-    if dur.sum() <= 0:
-        return 0.0
-    return float(np.dot([r.intensity for r in rows], dur) / dur.sum())
+def run_intensity(rows: Sequence[StepIntensity]) -> float:
+    """Aggregate run intensity `ΣF / ΣD` over `rows` (paper, Appendix D: "Aggregate run intensity
+    uses ΣF/ΣD"), not a mean of per-step ratios; 0 when the rows move no bytes.
+
+    Examples:
+        >>> rows = [StepIntensity("r", 0, 0.0, 1.0, 1, 100.0, 10.0),
+        ...         StepIntensity("r", 1, 1.0, 4.0, 1, 20.0, 10.0)]
+        >>> run_intensity(rows)  # (100 + 20) / (10 + 10), not (10·1 + 2·3) / 4
+        6.0
+    """
+    total_bytes = sum(r.bytes for r in rows)
+    return sum(r.flops for r in rows) / total_bytes if total_bytes > 0 else 0.0
 
 
 # -- KV memory ---------------------------------------------------------------------------------
@@ -335,7 +343,7 @@ def replica_metrics(
                 sum(r.num_steps for r in recs),
                 float(sum(r.duration_s for r in recs)),
                 kv_memory_time(tl, kv_capacity_bytes(p), end),
-                time_weighted_intensity([step_intensity(r, spec) for r in recs]),
+                run_intensity([step_intensity(r, spec) for r in recs]),
                 decode_batch(recs),
                 sum(len(r.preempted) for r in recs),
             )

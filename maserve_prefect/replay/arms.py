@@ -44,6 +44,7 @@ from maserve_prefect.replay.arm_summary import (
     median_range,
     summarize_arm,
 )
+from maserve_prefect.replay.coordination import coordination_stage_of
 from maserve_prefect.replay.driver import ReplayRun, replay_trace
 from maserve_prefect.replay.scenario import Arm, Scenario, arrival_process
 from maserve_prefect.replay.traceset import TraceSet, build_trace_set
@@ -238,21 +239,25 @@ def _arm_flow() -> Any:
 
 
 def arm_barrier(scenario: Scenario, ts: TraceSet, arm: Arm) -> list[BarrierEdge]:
-    """The op edges `arm`'s barrier adds to the trace set, each with its note (none for an arm
-    without a barrier), checked as the replay applies them (`trace.barrier.apply_barrier`).
+    """The op edges `arm`'s barrier adds to the trace set, each with its note and stage (none
+    for an arm without a barrier), checked as the replay applies them.
 
     Stage barriers and per-root edges (`each_root: true`) expand against the trace set here, so
-    one per-root edge covers however many roots the scale gives the cohort.
+    one per-root edge covers however many roots the scale gives the cohort. Every edge must be
+    legal (`trace.barrier`): independent ops of one stage (`replay.coordination`), no shared-state
+    version conflict, no cycle.
 
     Raises:
         IllegalReleaseError: an op no root realized, an unknown op, a stage that matches no root,
-            an edge across roots, or a cycle; the message names the scenario file and the arm.
+            an edge across roots, between dependent ops, across stages or reordering state ops,
+            or a cycle; the one-line message names the scenario file, the arm and both ops.
     """
     if not arm.barrier:
         return []
     try:
-        edges = barrier_edges(ts.trace, [b.to_release() for b in arm.barrier])
-        apply_barrier(ts.trace, edges)  # refuses cycles
+        stage_of = coordination_stage_of(ts.trace)
+        edges = barrier_edges(ts.trace, [b.to_release() for b in arm.barrier], stage_of)
+        apply_barrier(ts.trace, edges, stage_of)  # refuses cycles
     except IllegalReleaseError as exc:
         raise IllegalReleaseError(f"scenario {scenario.source}: arm {arm.name!r}: {exc}") from None
     return edges

@@ -41,6 +41,7 @@ from maserve_prefect.errors import ConfigError, SimulationError
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.replay.audit import count_early_releases, realized_trace
+from maserve_prefect.replay.coordination import coordination_stage_of
 from maserve_prefect.replay.release_driver import ReleaseDriver
 from maserve_prefect.replay.work import InputLock, check_capabilities, deployment_of
 from maserve_prefect.trace.barrier import Barrier, apply_barrier, barrier_edges
@@ -180,7 +181,8 @@ def replay_trace(
             cannot hang, and ops that never complete there raise `SimulationError`.
 
     Raises:
-        IllegalReleaseError: the barrier names unknown ops, crosses roots or makes a cycle.
+        IllegalReleaseError: the barrier names unknown ops, crosses roots, orders dependent ops,
+            crosses stages (`replay.coordination`), reorders state operations or makes a cycle.
         ConfigError: barrier edges under a non-Barrier rule, bad slots, or an op cannot be replayed.
         UnsupportedError: the engine cannot honour the input contract.
         SimulationError: ops never completed (the message names them).
@@ -197,8 +199,9 @@ def replay_trace(
         raise ConfigError(f"barrier edges given for the {rule} rule; use `release: barrier`")
     source = trace
     if rule is ReleaseRule.BARRIER:
-        added = barrier_edges(trace, barrier)
-        source = apply_barrier(trace, added)
+        stage_of = coordination_stage_of(trace)
+        added = barrier_edges(trace, barrier, stage_of)
+        source = apply_barrier(trace, added, stage_of)
         # `Dep` has no note: the replay trace's notes say which barrier added each edge.
         edges = [[e.src_op, e.dst_op, e.note] for e in added]
         notes = {**(notes or {}), "barrier_edges": edges}

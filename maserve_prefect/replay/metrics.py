@@ -8,8 +8,9 @@ once per arm run, and `replay.report` only renders them (its module docstring sa
 each table covers).
 
 Task level, over the measured roots: root latencies and completion paths (`metrics.task`,
-`metrics.path`), stage times, attempts, SLO attainment of the classes with a locked deadline and
-the arrival-window goodput (`metrics.slo`). Engine level (simulator only; the whole run,
+`metrics.path`), stage times, attempts, SLO attainment of the classes with a locked deadline, the
+arrival-window goodput over the declared `T` and the drain-inclusive timely rate over
+`max(T, T_cohort)` (`metrics.slo`; `T` from `replay.window`). Engine level (simulator only; the whole run,
 background roots included): per-replica metrics, KV memory-time, arithmetic intensity, decode
 batch, prefill factor, co-batching and preemptions (`metrics.engine`).
 """
@@ -27,11 +28,11 @@ from maserve_prefect.metrics.engine import (
     prefill_factor,
     replica_metrics,
     request_classes,
+    run_intensity,
     step_intensity,
-    time_weighted_intensity,
 )
 from maserve_prefect.metrics.path import RootPath, path_ledger
-from maserve_prefect.metrics.slo import ClassAttainment, arrival_window, attainment, task_goodput
+from maserve_prefect.metrics.slo import ClassAttainment, attainment, task_goodput, timely_rate
 from maserve_prefect.metrics.task import (
     AttemptSummary,
     RootLatency,
@@ -43,6 +44,7 @@ from maserve_prefect.metrics.task import (
 )
 from maserve_prefect.replay.arm_summary import measured_roots
 from maserve_prefect.replay.arms import ArmResult, ScenarioResult
+from maserve_prefect.replay.window import declared_window
 from maserve_prefect.trace.model import Trace
 
 __all__ = ["ArmMetrics", "arm_metrics", "scenario_metrics"]
@@ -66,6 +68,7 @@ class ArmMetrics:
     slo: dict[str, ClassAttainment]
     goodput_window_s: float | None
     goodput_per_s: float | None
+    timely_rate_per_s: float | None
     num_accelerators: int | None
     replicas: list[ReplicaMetrics] = field(default_factory=list)
     intensity: float | None = None
@@ -94,18 +97,17 @@ def _sub_trace(trace: Trace, roots: set[str]) -> Trace:
 
 def _goodput(
     result: ScenarioResult, arm: ArmResult, lats: list[RootLatency], deadlines: dict[str, float]
-) -> tuple[float | None, float | None]:
+) -> tuple[float | None, float | None, float | None]:
+    """(T, arrival-window goodput, drain-inclusive timely rate); Nones without a declared T."""
     if not lats or not deadlines:
-        return None, None
-    w = result.scenario.window
-    if w.end_s is not None:
-        window = (arm.run.start_s + w.start_s, arm.run.start_s + w.end_s)
-    else:
-        window = arrival_window(lats)
-    span = window[1] - window[0]
-    if span <= 0:
-        return None, None
-    return span, task_goodput(lats, deadlines, window=window)
+        return None, None, None
+    run = arm.run
+    window = declared_window(result.scenario, len(result.trace_set.slots), run.start_s)
+    if window is None:
+        return None, None, None
+    goodput = task_goodput(lats, deadlines, window=window)
+    rate = timely_rate(lats, deadlines, window=window, last_completion_s=run.end_s)
+    return window[1] - window[0], goodput, rate
 
 
 def arm_metrics(result: ScenarioResult, arm: ArmResult) -> ArmMetrics:
@@ -121,7 +123,7 @@ def arm_metrics(result: ScenarioResult, arm: ArmResult) -> ArmMetrics:
     deadlines = result.deadlines_s
     timed = [r for r in lats if r.workload_class in deadlines]
     offered = [r for r in timed if r.root_id in run.root_arrival_s]
-    span, goodput = _goodput(result, arm, offered, deadlines)
+    span, goodput, timely = _goodput(result, arm, offered, deadlines)
     out = ArmMetrics(
         arm=s.arm,
         block=s.block,
@@ -133,6 +135,7 @@ def arm_metrics(result: ScenarioResult, arm: ArmResult) -> ArmMetrics:
         slo=attainment(timed, deadlines) if deadlines else {},
         goodput_window_s=span,
         goodput_per_s=goodput,
+        timely_rate_per_s=timely,
         num_accelerators=None,
     )
     if run.pool is None:
@@ -144,7 +147,7 @@ def arm_metrics(result: ScenarioResult, arm: ArmResult) -> ArmMetrics:
         return out
     classes = request_classes(run.trace)
     out.replicas = replica_metrics(replicas, end_s=run.end_s)
-    out.intensity = time_weighted_intensity(
+    out.intensity = run_intensity(
         [step_intensity(r, p.deployment.spec) for p in replicas for r in p.engine.records]
     )
     out.decode_batch = decode_batch(records)

@@ -17,15 +17,16 @@ Tables (`metric_tables` keys):
 - **slo**: per class, deadline, measured roots, roots that met it and attainment
   (`metrics.slo.attainment`; a failed or unfinished root is a miss). Only classes with a locked
   deadline count, as in `ArmSummary.attainment`.
-- **goodput**: arrival-window task goodput of the measured roots that arrived
-  (`metrics.slo.task_goodput`) over the scenario's window `[start_s, end_s)` when it has an end,
-  else the library's default window (first to last measured arrival); None when that window
-  has no length (a burst).
+- **goodput**: arrival-window task goodput of the measured roots (`metrics.slo.task_goodput`:
+  roots that met their deadline, drain completions included, per second of the declared `T`,
+  `replay.window`), and the drain-inclusive timely rate over `max(T, T_cohort)`
+  (`metrics.slo.timely_rate`); None when the scenario declares no `T` (a burst, explicit or
+  closed-loop arrivals without `window.end_s`).
   Per accelerator: divided by the devices the simulated pool's replicas held
   (`metrics.engine.goodput_per_accelerator`); None on a real engine.
 - simulator only (per-step records): **engine** (per arm run, all replicas: KV memory-time,
-  time-weighted arithmetic intensity and decode batch over every step record, processed/source
-  prefill factor, preemptions), **replicas** (`metrics.engine.replica_metrics`), **co-batching**
+  run arithmetic intensity ΣF / ΣD (`metrics.engine.run_intensity`), time-weighted decode
+  batch over every step record, processed/source prefill factor, preemptions), **replicas** (`metrics.engine.replica_metrics`), **co-batching**
   (per target class, the share of its scheduled time co-batched with each class) and
   **preemptions** (per victim class). Engine figures cover the whole run (background roots
   included): the engine serves them all.
@@ -144,6 +145,7 @@ def _goodput_row(m: ArmMetrics) -> Row:
         "block": m.block,
         "window_s": m.goodput_window_s,
         "goodput_per_s": m.goodput_per_s,
+        "timely_rate_per_s": m.timely_rate_per_s,
         "accelerators": m.num_accelerators,
         "goodput_per_accel_s": per_acc,
     }

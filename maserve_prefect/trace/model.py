@@ -26,7 +26,7 @@ import json
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 SCHEMA_VERSION = "maserve.semantic-trace/1"
 
@@ -80,13 +80,29 @@ class Dep(_Record):
     """A typed predecessor of an op.
 
     `required=False` marks an edge replay may relax; `origin=BARRIER` marks a control edge added by
-    a legal release change (the DAG rule ignores those, the Barrier rule honours them).
+    a legal release change (the DAG rule ignores those, the Barrier rule honours them). Such an
+    edge is a *coordination edge*: `stage` names the stage it coordinates within (the paper's
+    stage-annotated barrier, `trace.barrier`); recorded deps have no `stage`, and it is left out
+    of their serialized form, so traces without barriers serialize as before.
     """
 
     op_id: str
     kind: EdgeKind
     required: bool = True
     origin: DepOrigin = DepOrigin.RECORDED
+    stage: str | None = None
+
+    @property
+    def is_coordination(self) -> bool:
+        """True for a control edge a legal barrier added (it carries its stage)."""
+        return self.origin is DepOrigin.BARRIER and self.stage is not None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_stage(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("stage") is None:
+            data.pop("stage", None)
+        return data
 
 
 class OpTimes(_Record):

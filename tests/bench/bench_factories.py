@@ -21,8 +21,10 @@ from maserve_prefect.trace.model import (
 )
 
 
-def make_trace(num_roots: int = 2) -> Trace:
-    """Roots of a chain: tool `a` (0.5 s) -> model `m` (64 in, 8 out) -> tool `b` (0.25 s)."""
+def make_trace(num_roots: int = 2, *, side: bool = False) -> Trace:
+    """Roots of a chain: tool `a` (0.5 s) -> model `m` (64 in, 8 out) -> tool `b` (0.25 s); with
+    `side`, also a tool `c` (0.25 s) after `a`, independent of `m` and `b` (so a barrier `c -> b`
+    is legal: `trace.barrier`)."""
     roots, ops = [], []
     for i in range(num_roots):
         r = f"r{i}"
@@ -37,6 +39,10 @@ def make_trace(num_roots: int = 2) -> Trace:
             OpRecord(op_id=f"{r}/b", root_id=r, kind=OpKind.TOOL, tool_name="t",
                      tool_duration_s=0.25, deps=(Dep(op_id=f"{r}/m", kind=EdgeKind.CONTROL),)),
         ]  # fmt: skip
+        if side:
+            ops.append(OpRecord(op_id=f"{r}/c", root_id=r, kind=OpKind.TOOL, tool_name="t",
+                                tool_duration_s=0.25,
+                                deps=(Dep(op_id=f"{r}/a", kind=EdgeKind.CONTROL),)))  # fmt: skip
     return Trace(manifest=Manifest(trace_id="toy"), roots=roots, ops=ops)
 
 

@@ -179,7 +179,7 @@ def test_request_limit_suite_rows(prefect_api: None) -> None:
 def test_rows_give_the_median_and_range_across_blocks(tmp_path: Path) -> None:
     """Three paired blocks of a small bundle scenario: each figure is the median of the
     per-block figures (recomputed here from each block's replay trace), not a pooled one."""
-    export_bundle(make_trace(8), MemoryStore(), tmp_path / "bundle")
+    export_bundle(make_trace(8, side=True), MemoryStore(), tmp_path / "bundle")
     scenario = {
         "name": "toy-blocks",
         "cohorts": [{"name": "t", "bundle": "bundle"}],
@@ -188,7 +188,7 @@ def test_rows_give_the_median_and_range_across_blocks(tmp_path: Path) -> None:
         "blocks": 3,
         "arms": [
             {"name": "dag", "release": "dag"},
-            {"name": "barrier", "release": "barrier", "barrier": [{"src": "r0/a", "dst": "r0/b"}]},
+            {"name": "barrier", "release": "barrier", "barrier": [{"src": "r0/c", "dst": "r0/b"}]},
         ],
     }
     (tmp_path / "toy.yaml").write_text(yaml.safe_dump(scenario))
@@ -240,33 +240,43 @@ def test_failed_or_unfinished_roots_never_meet_their_deadline() -> None:
         RootStatus.FAILED,
         RootStatus.INCOMPLETE,
     ]
-    figs = deadline_figures(outcomes, {"w": 10.0})
+    figs = deadline_figures(outcomes, {"w": 10.0}, window=(0.0, 4.0), last_completion_s=8.0)
     assert figs is not None
     assert figs.attainment == pytest.approx(1 / 3) and figs.per_class == {"w": pytest.approx(1 / 3)}
     assert figs.completion_ratio == pytest.approx(1 / 3)
-    # metrics.slo.task_goodput's window: arrivals [0, 2) -> roots a and b, one met, over 2 s.
-    assert figs.goodput_per_s == pytest.approx(0.5)
+    # declared T = 4 s: one timely root (a) per 4 s; drain-inclusive over max(4, 8 - 0) = 8 s
+    assert figs.goodput_per_s == pytest.approx(0.25)
+    assert figs.timely_rate_per_s == pytest.approx(1 / 8)
+    # backlog at 4 s: b failed and c never finished -> 2; at 2 s: only b (arrived at 1) -> 1
+    assert (figs.backlog, figs.backlog_growth) == (2, 1)
+    # without a declared window: no goodput, and λ*'s backlog guard cannot pass
+    bare = deadline_figures(outcomes, {"w": 10.0})
+    assert bare is not None and math.isnan(bare.goodput_per_s) and bare.backlog == math.inf
     assert deadline_figures(outcomes, {"other": 10.0}) is None
 
 
-def _figs(att: float, completion: float = 1.0) -> DeadlineFigures:
-    return DeadlineFigures(att, {"x": att, "y": min(1.0, att + 0.05)}, 1.0, completion, 10)
+def _figs(att: float, completion: float = 1.0, backlog: float = 0.0) -> DeadlineFigures:
+    return DeadlineFigures(
+        att, {"x": att, "y": min(1.0, att + 0.05)}, 1.0, completion, 10, backlog=backlog
+    )
 
 
-def test_lambda_star_of_a_sweep_hand_computed() -> None:
+def test_lambda_star_of_a_sweep_is_the_minimum_across_blocks() -> None:
     by_load = {
-        1.0: [_figs(1.0), _figs(0.95), _figs(0.97)],  # medians x 0.97, y 1.0: passes
-        2.0: [_figs(0.92), _figs(0.85), _figs(0.91)],  # median x 0.91: passes at 0.9
+        1.0: [_figs(1.0), _figs(0.95), _figs(0.97)],  # min x 0.95: passes at 0.95
+        2.0: [_figs(0.97), _figs(0.96), _figs(0.94)],  # median 0.96, but min x 0.94: fails
         4.0: [_figs(0.99, 0.5), _figs(0.99), _figs(0.99)],  # one block fails completion
-        8.0: [_figs(0.5), _figs(0.4), _figs(0.3)],
+        8.0: [_figs(0.99), _figs(0.99, backlog=5), _figs(0.99)],  # one block: 5 left at T
+        16.0: [_figs(0.5), _figs(0.4), _figs(0.3)],
     }
-    together, per_block = block_figures.sweep_lambda_star(by_load, alpha=0.9)
-    assert together == 2.0
-    # Block 0: 1, 2 pass, 4 fails its guard; block 1: 2 fails (0.85), 4 passes; block 2: 4.
-    assert per_block == [2.0, 4.0, 4.0]
-    assert block_figures.sweep_lambda_star(by_load, alpha=0.95) == (1.0, [1.0, 4.0, 4.0])
+    together, per_block = block_figures.sweep_lambda_star(by_load)  # α = 0.95
+    assert together == 1.0
+    # Each block's own sweep: block 0 passes 1, 2 and 8 (4 fails completion); block 1 passes 1,
+    # 2, 4 (8 fails its backlog); block 2 passes 1, 4, 8 (2 has 0.94).
+    assert per_block == [8.0, 4.0, 8.0]
+    assert block_figures.sweep_lambda_star(by_load, alpha=0.9)[0] == 2.0
     missing = {1.0: [_figs(1.0)], 2.0: [None]}
-    assert block_figures.sweep_lambda_star(missing, alpha=0.9) == (1.0, [1.0])
+    assert block_figures.sweep_lambda_star(missing) == (1.0, [1.0])
 
 
 def test_range_text_and_spread() -> None:

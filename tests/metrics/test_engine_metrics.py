@@ -18,8 +18,8 @@ from maserve_prefect.metrics.engine import (
     prefill_factor,
     replica_metrics,
     request_classes,
+    run_intensity,
     step_intensity,
-    time_weighted_intensity,
 )
 from maserve_prefect.trace.model import Manifest, OpKind, OpRecord, RootRecord, Trace
 
@@ -74,12 +74,19 @@ def test_fast_forwarded_record_equals_its_steps() -> None:
     assert one.bytes == pytest.approx(sum(s.bytes for s in many), rel=1e-12)
 
 
-def test_time_weighted_intensity() -> None:
+def test_run_intensity_is_sum_f_over_sum_d_hand_computed() -> None:
+    # Prefill of 8 tokens at c = 0: F = 2*288*8 + 4*2*2*2*A(= 8*9/2 = 36) + 2*4*10*1 = 5840;
+    # B = weights 656 + KV read 8*16 + KV write 8*16 + act 2*(2*8*52 + 14 + 8*4) = 2668.
     a = step_intensity(rec(0, 0.0, 1.0, (S("a", 0, 8),), StepKind.PREFILL), TOY)
+    assert (a.flops, a.bytes) == (5840, 2668)
+    # Decode of 1 token at c = 8: F = 576 + 32*9 + 80 = 944; B = 656 + 9*16 + 16 + 244 = 1060.
     b = step_intensity(rec(1, 1.0, 4.0, (S("a", 8, 1),)), TOY)
-    expect = (a.intensity * 1.0 + b.intensity * 3.0) / 4.0
-    assert time_weighted_intensity([a, b]) == pytest.approx(expect)
-    assert time_weighted_intensity([]) == 0.0
+    assert (b.flops, b.bytes) == (944, 1060)
+    # The paper's aggregate run intensity: ΣF / ΣD = 6784 / 3728 ≈ 1.820, not a duration-weighted
+    # mean of the per-step ratios ((5840/2668)*1 + (944/1060)*3) / 4 ≈ 1.215.
+    assert run_intensity([a, b]) == pytest.approx(6784 / 3728)
+    assert run_intensity([a, b]) != pytest.approx((a.intensity + 3 * b.intensity) / 4)
+    assert run_intensity([]) == 0.0
 
 
 def test_kv_memory_time_holds_samples() -> None:

@@ -53,12 +53,22 @@ def test_barrier_changes_only_release_times(four_call: Loaded) -> None:
         b = ops[f"{root.root_id}/analyst_b.analyst_b/0"]
         assert b.times.ready_s == a.times.completed_s  # released exactly when the barrier opened
         assert dag.trace.op_index()[b.op_id].times.ready_s < b.times.ready_s
+        # a coordination edge of the four-call's analyst fork (two Γ-parallel single stages)
+        (edge,) = [d for d in b.deps if d.is_coordination]
+        assert (edge.op_id, edge.stage) == (
+            a.op_id,
+            f"{root.root_id}/parallel(analyst_a,analyst_b)",
+        )
     assert bar.trace.manifest.notes["replay"]["release_rule"] == "barrier"
 
 
-def test_illegal_barrier_is_refused_naming_the_cycle(four_call: Loaded) -> None:
+def test_illegal_barrier_is_refused_naming_both_ops(four_call: Loaded) -> None:
     trace, store = four_call
-    with pytest.raises(IllegalReleaseError, match=r"cycle .*synthesis.*analyst_a"):
+    # synthesis consumes analyst_a's artifact: dependent ops
+    with pytest.raises(
+        IllegalReleaseError,
+        match=r"synthesis.synthesizer/0 -> r\d+/analyst_a.analyst_a/0: the ops are not independent",
+    ):
         replay_trace(trace, store, rule="barrier", barrier=[StageBarrier("synthesis", "analyst_a")])
 
 
@@ -159,6 +169,7 @@ def test_arrival_rule_releases_at_the_recorded_submission_offset() -> None:
     assert run.num_early_releases == 1
 
 
+@pytest.mark.usefixtures("toy_fork")
 def test_barrier_replay_notes_which_barrier_added_each_edge() -> None:
     run = replay_trace(make_trace(2), None, rule="barrier", lock="length",
                        barrier=[StageBarrier("s1", "s2")])  # fmt: skip

@@ -18,6 +18,10 @@ TOY = {"tgt": (make_trace(2, workflow="toy"), MemoryStore())}
 TWO_CLASSES = {"tgt": (make_trace(2, workflow="toy"), MemoryStore()),
                "bg": (make_trace(1, workflow="other"), MemoryStore())}  # fmt: skip
 
+# The toy workflow's stages s1 and s2 are two branches of one Γ fork (conftest `toy_fork`), so
+# the scenarios' barriers between their ops are stage-local.
+pytestmark = pytest.mark.usefixtures("toy_fork")
+
 
 def _scenario(**extra: object) -> dict[str, object]:
     base: dict[str, object] = {
@@ -283,3 +287,49 @@ def test_per_root_barrier_cycle_is_refused_naming_the_arm() -> None:
     s = parse_scenario(_scenario(arms=[_per_root(("a", "b"), ("b", "a"), name="rev")]))
     with pytest.raises(IllegalReleaseError, match=r"scenario \(inline\): arm 'rev': .*cycle r0/"):
         run_scenario(s, prefect=False, loaded=TOY)
+
+
+def _refused(tmp_path: Path, barrier: str, loaded: dict[str, object]) -> str:
+    f = tmp_path / "illegal.yaml"
+    f.write_text(
+        "name: illegal\ncohorts: [{name: tgt, bundle: unused}]\nlock: length\narms:\n"
+        f"  - {{name: dag}}\n  - {{name: bar, release: barrier, barrier: [{barrier}]}}\n"
+    )
+    ran: list[str] = []
+    with pytest.raises(IllegalReleaseError) as exc:
+        run_scenario(
+            load_scenario(f),
+            prefect=False,
+            loaded=loaded,  # type: ignore[arg-type]
+            on_arm=lambda r: ran.append(r.summary.arm),
+        )
+    assert ran == []  # refused before the DAG arm (listed first) replayed
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"scenario {f}: arm 'bar': ")
+    return msg.removeprefix(f"scenario {f}: arm 'bar': ")
+
+
+def test_illegal_barriers_are_refused_before_any_arm_naming_file_arm_and_both_ops(
+    tmp_path: Path,
+) -> None:
+    # across stages: the same s1 / s2 pair in a workflow whose Γ runs them in sequence
+    seq = {"tgt": (make_trace(2, workflow="chain"), MemoryStore())}
+    assert _refused(tmp_path, "{before: s1, after: s2}", seq) == (
+        "barrier edge r0/a -> r0/b crosses stages (r0/s1 -> r0/s2); a barrier "
+        "orders ops of one stage only"
+    )
+    # between dependent ops: m consumes a's output
+    dep = {"tgt": (make_trace(2, workflow="toy", model_tokens=(8, 2)), MemoryStore())}
+    assert _refused(tmp_path, "{src: a, dst: m, each_root: true}", dep).startswith(
+        "barrier edge r0/a -> r0/m: the ops are not independent (r0/a -> r0/m through recorded "
+        "deps)"
+    )
+
+
+def test_a_legal_barrier_records_coordination_edges_with_their_stage() -> None:
+    s = parse_scenario(_scenario())
+    res = run_scenario(s, prefect=False, loaded=TOY)
+    bar = next(r for r in res.results if r.summary.arm == "bar")
+    for trace in (bar.run.source, bar.run.trace):  # the replayed trace and its realization
+        added = [d for d in trace.op_index()["r0/b"].deps if d.is_coordination]
+        assert [(d.op_id, d.stage) for d in added] == [("r0/a", "r0/parallel(s1,s2)")]

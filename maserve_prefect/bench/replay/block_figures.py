@@ -5,8 +5,11 @@ block* — computed by `maserve_prefect.metrics` from that block's replay trace 
 and then its median and range (min–max) across blocks, never a figure of the blocks pooled
 together. Root outcomes are `replay.arm_summary.measured_roots` (statuses as `metrics.task` defines
 them: a root whose answer ops include a failed or unfinished op is `failed` / `incomplete`, with
-no latency), and every SLO figure comes from `metrics.slo`, so a root that did not complete never
-meets its deadline.
+no latency), and every SLO figure comes from `metrics.slo` under the paper's contracts: a root that
+did not complete never meets its deadline, a timely completion during the drain counts, goodput
+divides by the declared window `T` (`replay.window`), the timely rate and output TPS by
+`max(T, T_cohort)`, and λ* takes the minimum attainment across blocks and classes at α = 0.95
+with the completion and backlog guards.
 
 Measured roots of an arm run: roots of the target cohorts whose arrival offset (from the replay's
 start) lies in the scenario's window (`replay.arm_summary.measured_roots`).
@@ -26,13 +29,22 @@ from typing import Any
 
 import numpy as np
 
-from maserve_prefect.errors import ConfigError
 from maserve_prefect.metrics.engine import prefill_factor
-from maserve_prefect.metrics.slo import LoadResult, attainment, lambda_star, task_goodput
+from maserve_prefect.metrics.slo import (
+    ALPHA,
+    LoadResult,
+    attainment,
+    backlog_guards,
+    lambda_star,
+    observation_period_s,
+    task_goodput,
+    timely_rate,
+)
 from maserve_prefect.metrics.task import RootLatency, RootStatus
 from maserve_prefect.replay.arm_summary import measured_roots
 from maserve_prefect.replay.arms import ScenarioResult
 from maserve_prefect.replay.driver import ReplayRun
+from maserve_prefect.replay.window import declared_window
 from maserve_prefect.trace.model import OpKind, OpStatus
 
 Row = dict[str, Any]
@@ -109,10 +121,15 @@ class DeadlineFigures:
     Attributes:
         attainment: roots that met their class deadline / roots (all classes; nan for none).
         per_class: class → attainment (`metrics.slo.attainment`).
-        goodput_per_s: `metrics.slo.task_goodput` — roots that met their deadline per second of
-            the window (nan when the window has no length, e.g. every root arrived at once).
+        goodput_per_s: `metrics.slo.task_goodput` — timely roots (drain completions included)
+            per second of the declared window `T` (nan when the scenario declares none).
         completion_ratio: completed roots / roots (λ*'s completion guard).
         num_roots: measured roots with a deadline.
+        timely_rate_per_s: `metrics.slo.timely_rate` — the same timely roots per second of
+            `max(T, T_cohort)` (nan without a declared window).
+        backlog: roots remaining at the end of the window (inf without a declared window, so
+            λ*'s backlog guard cannot pass on an undeclared window).
+        backlog_growth: backlog at the window's end minus at its midpoint.
     """
 
     attainment: float
@@ -120,43 +137,48 @@ class DeadlineFigures:
     goodput_per_s: float
     completion_ratio: float
     num_roots: int
+    timely_rate_per_s: float = float("nan")
+    backlog: float = 0.0
+    backlog_growth: float = 0.0
 
 
 def measurement_window(result: ScenarioResult, run: ReplayRun) -> tuple[float, float] | None:
-    """The scenario window on `run`'s clock when it has an end; None (the measured roots' own
-    arrival window, `metrics.slo.arrival_window`) when it is open-ended."""
-    window = result.scenario.window
-    if window.end_s is None:
-        return None
-    return run.start_s + window.start_s, run.start_s + window.end_s
+    """The declared window `[start, start + T)` on `run`'s clock (`replay.window`); None when
+    the scenario declares no `T`."""
+    return declared_window(result.scenario, len(result.trace_set.slots), run.start_s)
 
 
 def deadline_figures(
     outcomes: Sequence[RootLatency],
     deadlines: Mapping[str, float],
     window: tuple[float, float] | None = None,
+    last_completion_s: float | None = None,
 ) -> DeadlineFigures | None:
     """SLO figures of `outcomes` (measured roots) against `deadlines`; None without deadlines.
 
-    Roots of a class without a deadline are left out. Goodput uses `window`, by default the
-    roots' arrival window `[first, last)` — `metrics.slo.task_goodput`'s rule.
+    Roots of a class without a deadline are left out. Goodput, the timely rate and the backlog
+    guards need the declared `window` (nan / inf without one); `last_completion_s` is the
+    cohort's last completion (default: the last among `outcomes`).
 
     Examples:
         >>> done = RootLatency("a", "x", 0.0, RootStatus.COMPLETED, "a/0", 1.0)
         >>> failed = RootLatency("b", "x", 2.0, RootStatus.FAILED, None, None)
-        >>> f = deadline_figures([done, failed], {"x": 5.0})
-        >>> f.attainment, f.goodput_per_s, f.completion_ratio
-        (0.5, 0.5, 0.5)
+        >>> f = deadline_figures([done, failed], {"x": 5.0}, window=(0.0, 4.0))
+        >>> f.attainment, f.goodput_per_s, f.completion_ratio, f.backlog
+        (0.5, 0.25, 0.5, 1)
     """
     lats = [r for r in outcomes if r.workload_class in deadlines]
     if not lats:
         return None
     per_class = attainment(lats, deadlines)
     num_met = sum(a.num_met for a in per_class.values())
-    try:
+    goodput = rate = float("nan")
+    end_backlog, growth = float("inf"), float("inf")
+    if window is not None:
         goodput = task_goodput(lats, deadlines, window=window)
-    except ConfigError:  # a window without length: every measured root arrived at once
-        goodput = float("nan")
+        rate = timely_rate(lats, deadlines, window=window, last_completion_s=last_completion_s)
+        guards = backlog_guards(lats, window)
+        end_backlog, growth = guards.end_backlog, guards.growth
     completed = sum(r.status is RootStatus.COMPLETED for r in lats)
     return DeadlineFigures(
         attainment=num_met / len(lats),
@@ -164,24 +186,36 @@ def deadline_figures(
         goodput_per_s=goodput,
         completion_ratio=completed / len(lats),
         num_roots=len(lats),
+        timely_rate_per_s=rate,
+        backlog=end_backlog,
+        backlog_growth=growth,
     )
 
 
 def run_deadline_figures(result: ScenarioResult, run: ReplayRun) -> DeadlineFigures | None:
-    """`deadline_figures` of `run`'s measured roots against the scenario's locked deadlines."""
+    """`deadline_figures` of `run`'s measured roots against the scenario's locked deadlines
+    (declared window; the cohort's last completion is the run's end)."""
     return deadline_figures(
-        measured_outcomes(result, run), result.deadlines_s, measurement_window(result, run)
+        measured_outcomes(result, run),
+        result.deadlines_s,
+        measurement_window(result, run),
+        last_completion_s=run.end_s,
     )
 
 
-def output_tps(run: ReplayRun) -> float:
-    """Output tokens of the completed model ops per second of replay (start → last completion)."""
+def output_tps(result: ScenarioResult, run: ReplayRun) -> float:
+    """Output tokens of the completed model ops per second of `max(T, T_cohort)`
+    (`metrics.slo.observation_period_s`; without a declared window, replay start → last
+    completion)."""
     tokens = sum(
         op.num_output_tokens or 0
         for op in run.trace.ops
         if op.kind is OpKind.MODEL and op.status is OpStatus.COMPLETED
     )
-    span = run.end_s - run.start_s
+    window = measurement_window(result, run)
+    span = (
+        observation_period_s(window, run.end_s) if window is not None else run.end_s - run.start_s
+    )
     return tokens / span if span > 0 else float("nan")
 
 
@@ -204,42 +238,42 @@ def peak_running_seqs(run: ReplayRun) -> int:
 
 
 def sweep_lambda_star(
-    by_load: Mapping[float, Sequence[DeadlineFigures | None]], alpha: float
+    by_load: Mapping[float, Sequence[DeadlineFigures | None]], alpha: float = ALPHA
 ) -> tuple[float | None, list[float | None]]:
-    """λ* of a sweep (`metrics.slo.lambda_star`, its default guards), from per-block figures.
+    """λ* of a sweep (`metrics.slo.lambda_star`, the paper's guards), from per-block figures.
 
     Args:
         by_load: tested load (e.g. arrival rate) → that load's figures, one per block, blocks in
             the same order for every load (block b of every load is one sweep).
-        alpha: the attainment target.
+        alpha: the attainment target (0.95).
 
     Returns:
-        (λ* of the blocks together — each class's *median* attainment across blocks, with the
-        *lowest* completion ratio of any block —, λ* of each block's own sweep). A load with a
-        block without figures (no measured root with a deadline) cannot qualify.
+        (λ* of the blocks together — `A(λ)` the *minimum* attainment across blocks and classes,
+        every guard in every block —, λ* of each block's own sweep). A load with a block without
+        figures (no measured root with a deadline) cannot qualify.
 
     Examples:
         >>> f = lambda a, c=1.0: DeadlineFigures(a, {"x": a}, 1.0, c, 4)
-        >>> sweep_lambda_star({1.0: [f(1.0), f(1.0)], 2.0: [f(0.95), f(0.75)],
-        ...                    4.0: [f(1.0, c=0.5), f(1.0)]}, alpha=0.9)
+        >>> sweep_lambda_star({1.0: [f(1.0), f(0.96)], 2.0: [f(1.0), f(0.9)],
+        ...                    4.0: [f(1.0, c=0.5), f(1.0)]})
         (1.0, [2.0, 4.0])
     """
     loads = sorted(by_load)
     num_blocks = min((len(by_load[x]) for x in loads), default=0)
 
-    def result(load: float, figures: Sequence[DeadlineFigures | None]) -> LoadResult:
-        if not figures or any(f is None for f in figures):
+    def result(load: float, f: DeadlineFigures | None) -> LoadResult:
+        if f is None:
             return LoadResult(load, {})  # no attainment: never passes
-        known = [f for f in figures if f is not None]
-        classes = sorted({c for f in known for c in f.per_class})
-        median = {
-            c: float(np.nanmedian([f.per_class[c] for f in known if c in f.per_class]))
-            for c in classes
-        }
-        return LoadResult(load, median, completion_ratio=min(f.completion_ratio for f in known))
+        return LoadResult(
+            load,
+            f.per_class,
+            completion_ratio=f.completion_ratio,
+            backlog=f.backlog,
+            backlog_growth=f.backlog_growth,
+        )
 
-    together = lambda_star([result(x, by_load[x]) for x in loads], alpha)
+    together = lambda_star([result(x, f) for x in loads for f in by_load[x]], alpha)
     per_block = [
-        lambda_star([result(x, [by_load[x][b]]) for x in loads], alpha) for b in range(num_blocks)
+        lambda_star([result(x, by_load[x][b]) for x in loads], alpha) for b in range(num_blocks)
     ]
     return together, per_block

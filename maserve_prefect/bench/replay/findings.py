@@ -19,13 +19,17 @@ window; a figure `f` is the median across blocks and `f_range` its min–max):
   that completed (`metrics.task.root_latencies`);
 - **prefill factor** = processed / source prefill tokens (`metrics.engine.prefill_factor`);
 - **attainment** = share of measured roots that completed within their class's locked deadline
-  (`metrics.slo.attainment`: a failed or unfinished root never meets it);
-- **goodput** = `metrics.slo.task_goodput`: roots that met their deadline per second of the
-  measured roots' arrival window `[first, last)` (or of the scenario window when it has an end);
+  (`metrics.slo.attainment`: a failed or unfinished root never meets it, a timely completion
+  during the drain counts);
+- **goodput** = `metrics.slo.task_goodput`: those timely roots per second of the declared window
+  `T` (`replay.window`: the scenario's `window.end_s`, else `N / λ` of its Poisson arrivals);
 - **λ\\*** (rate sweep) = `metrics.slo.lambda_star` over the four rates, per KV budget and arm,
-  at α = `LAMBDA_ALPHA`, with its default guards (completion ratio ≥ 0.99, no backlog guard);
-- **output TPS** = output tokens of every completed model op / (last completion − start);
-- **timely-task rate** = goodput (tasks finished within their deadline per second);
+  at α = `LAMBDA_ALPHA` (0.95), `A(λ)` the minimum attainment across blocks and classes, with the
+  paper's guards (every root completed, ≤ 4 roots left at the window's end, no backlog growth
+  over its second half);
+- **output TPS** = output tokens of every completed model op / `max(T, T_cohort)`;
+- **timely-task rate** = the drain-inclusive timely rate (`metrics.slo.timely_rate`): timely
+  roots / `max(T, T_cohort)`;
 - **peak running sequences** = the most requests one engine step scheduled (shows whether a
   `max_num_seqs` limit bound).
 
@@ -48,6 +52,7 @@ import numpy as np
 
 from maserve_prefect.bench.replay import block_figures as bf
 from maserve_prefect.bench.replay.block_figures import Row
+from maserve_prefect.metrics.slo import ALPHA
 from maserve_prefect.metrics.task import root_class
 from maserve_prefect.replay.arms import ArmResult, ScenarioResult
 
@@ -59,9 +64,9 @@ LOAD_LADDER: tuple[float, ...] = (0.25, 1.0, 4.0, 16.0)
 """Arrival rates as multiples of μ_sat: a ratio-4 geometric ladder from under-load (¼ μ_sat)
 through saturation to 16× overload, where a whole cohort arrives within seconds."""
 
-LAMBDA_ALPHA = 0.9
-"""α of the rate sweep's λ*: the largest tested rate at which every class meets its deadline in
-at least 90 % of measured roots (the suites state no other target)."""
+LAMBDA_ALPHA = ALPHA
+"""α of the rate sweep's λ*: 0.95, the paper's target (`metrics.slo.ALPHA`): the largest tested
+rate at which every class meets its deadline in at least 95 % of measured roots in every block."""
 
 
 def ladder_rates() -> tuple[float, ...]:
@@ -212,8 +217,8 @@ def rate_rows(results: Mapping[str, ScenarioResult]) -> list[Row]:
     Arms are named `<rule>-kv<GiB>` (`dag-kv16`, `barrier-kv16`, ...); rows are one per
     (scenario, KV budget), sorted by arrival rate. `dag_lambda_star_per_s` /
     `barrier_lambda_star_per_s` are that KV budget's λ* over every scenario's rate
-    (`bench.replay.block_figures.sweep_lambda_star`, α = `LAMBDA_ALPHA`); their `_range` is λ* of each
-    block's own sweep.
+    (`bench.replay.block_figures.sweep_lambda_star`, α = `LAMBDA_ALPHA`, minimum across blocks);
+    their `_range` is λ* of each block's own sweep.
 
     Examples:
         >>> rate_rows({})
@@ -291,8 +296,8 @@ def request_limit_rows(results: Mapping[str, ScenarioResult]) -> list[Row]:
             figs = [bf.run_deadline_figures(result, r.run) for r in runs]
             row: Row = {"scenario": name, "arm": arm, "max_num_seqs": limit, "blocks": len(runs)}
             bf.put(row, "peak_running_seqs", [bf.peak_running_seqs(r.run) for r in runs])
-            bf.put(row, "output_tps", [bf.output_tps(r.run) for r in runs])
-            bf.put(row, "timely_tasks_per_s", [_good(f) for f in figs])
+            bf.put(row, "output_tps", [bf.output_tps(result, r.run) for r in runs])
+            bf.put(row, "timely_tasks_per_s", [_timely(f) for f in figs])
             bf.put(row, "attainment", [_att(f) for f in figs])
             bf.put(row, "root_p95_s", _p(result, runs, 95))
             row["expected"] = "larger limit -> output TPS up, timely-task rate may fall"
@@ -312,6 +317,10 @@ def _att(f: bf.DeadlineFigures | None) -> float | None:
 
 def _good(f: bf.DeadlineFigures | None) -> float | None:
     return f.goodput_per_s if f is not None else None
+
+
+def _timely(f: bf.DeadlineFigures | None) -> float | None:
+    return f.timely_rate_per_s if f is not None else None
 
 
 def _gap(a: float | None, b: float | None) -> float | None:
