@@ -101,6 +101,7 @@ def test_tables_carry_the_goals_beside_what_was_achieved(
         "formula (roofline)",
         "scalar GBDT",
         "learned graph",
+        "message passing (GNN)",
     }
     js, md = SuiteResult(res.suite, res.scale, pool_report(res), detail=res).write(tmp_path)
     assert (js.name, md.name) == ("pool-hetero.json", "pool-hetero.md")
