@@ -20,7 +20,7 @@ from maserve_prefect.trace.model import OpKind
 FLOWS_DIR = Path(__file__).resolve().parents[2] / "flows"
 OPS = {"model_call", "tool_call", "transform", "state_read", "state_write"}
 SHIPPED = {
-    "spawn", "fork_join", "refinement_loop", "debate", "ordinary", "four_call_full",
+    "spawn", "spawn_decided", "fork_join", "refinement_loop", "debate", "ordinary", "four_call_full",
     "four_call_selected", "spawn_fork_join_refinement", "fork_join_debate_refinement",
     "research_review_writing", "math_ensemble", "code_repair", "hierarchical_summary",
 }  # fmt: skip
