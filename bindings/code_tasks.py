@@ -20,6 +20,7 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.25, 0.5, 0.7
 - spawn weights (1..n children): 0.2, 0.4, 0.3, 0.1
 - vote agreement: 0.6
+- context: none (lengths and decisions do not depend on what a call was given)
 """
 
 from __future__ import annotations

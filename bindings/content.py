@@ -16,6 +16,19 @@ Lengths are lognormal: `median * exp(sigma * N(0, 1))`, rounded and clipped to [
 Role names map to a role class (`pro`, `con`, `skeptic` → `debater`); unknown roles use
 `default`.
 
+Context dependence (issue 16): a profile with a `ContextResponse` makes a call's draws functions
+of what the call was actually given — `Given`: the tokens of its delivered artifacts and earlier
+turns under its context rule, and a digest of its resolved prompt. The digest joins the seed (a
+call given other context draws anew), the length median scales by
+`((ref + delivered) / (2 ref)) ** length_elasticity`, and the accept / converge probabilities
+shift on the log-odds scale by `slope * ln((ref + delivered) / (2 ref))`. So Full vs Selected
+delivery changes downstream output lengths and control decisions natively: a shorter delivered
+context gives a shorter draft, which the critic (given that draft) accepts less often, which
+adds a revision round. Without a `ContextResponse`, or without `given`, the draws are the
+context-free ones above (a pure function of binding, seed, root and op). A model on a real
+engine (`--content engine`) generates from what it was given and stays the reference; these
+responses are modeled.
+
 Examples:
     >>> profile = ContentProfile(lengths={"default": LengthDist(200, 0.4, 20, 800)})
     >>> model = ContentModel("demo", profile, seed=7)
@@ -80,6 +93,52 @@ class LengthDist:
         return int(np.clip(round(raw), self.min_tokens, self.max_tokens))
 
 
+@dataclass(frozen=True, slots=True)
+class Given:
+    """What one call was given: `delivered_tokens` (its delivered artifacts and replayed turns,
+    rendered under its context rule) and `digest` (of its resolved prompt messages)."""
+
+    delivered_tokens: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContextResponse:
+    """How a binding's draws respond to what a call was given (module docstring).
+
+    Attributes:
+        reference_tokens: the delivered size at which lengths and probabilities are unchanged
+            (the scale is `(ref + delivered) / (2 ref)`: 1/2 with nothing delivered).
+        length_elasticity: exponent of that scale on the output length median.
+        accept_slope: log-odds shift of the evaluator's acceptance per unit log scale.
+        converge_slope: log-odds shift of a debate's convergence per unit log scale.
+    """
+
+    reference_tokens: float
+    length_elasticity: float = 0.0
+    accept_slope: float = 0.0
+    converge_slope: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.reference_tokens <= 0:
+            raise ConfigError(
+                f"context response reference_tokens must be > 0, got {self.reference_tokens}"
+            )
+
+    def log_scale(self, given: Given) -> float:
+        """`ln((ref + delivered) / (2 ref))`: 0 at the reference size."""
+        ref = self.reference_tokens
+        return float(np.log((ref + max(given.delivered_tokens, 0)) / (2 * ref)))
+
+    def describe(self) -> str:
+        """The documented line of this response."""
+        return (
+            f"context: reference {self.reference_tokens:g} delivered tokens, length elasticity "
+            f"{self.length_elasticity:g}, accept slope {self.accept_slope:g}, converge slope "
+            f"{self.converge_slope:g}; seeded by the prompt digest"
+        )
+
+
 def _check_probs(name: str, probs: tuple[float, ...]) -> None:
     if not probs or any(not 0.0 <= p <= 1.0 for p in probs):
         raise ConfigError(f"content profile {name} must be non-empty probabilities in [0, 1]")
@@ -95,6 +154,7 @@ class ContentProfile:
         converge_by_round: P(the debate has converged) after round 1, 2, ... (last repeats).
         spawn_weights: relative weight of spawning 1, 2, ... children (truncated at the max).
         vote_agreement: P(one voter gives the plurality answer) in a vote / ensemble.
+        context: how lengths and decisions respond to what a call was given; None: they do not.
     """
 
     lengths: Mapping[str, LengthDist]
@@ -102,6 +162,7 @@ class ContentProfile:
     converge_by_round: tuple[float, ...] = (0.2, 0.5, 0.75)
     spawn_weights: tuple[float, ...] = (0.15, 0.35, 0.3, 0.2)
     vote_agreement: float = 0.7
+    context: ContextResponse | None = None
 
     def __post_init__(self) -> None:
         if "default" not in self.lengths:
@@ -125,6 +186,11 @@ class ContentProfile:
             f"spawn weights (1..n children): {', '.join(f'{w:g}' for w in self.spawn_weights)}"
         )
         lines.append(f"vote agreement: {self.vote_agreement:g}")
+        lines.append(
+            self.context.describe()
+            if self.context is not None
+            else "context: none (lengths and decisions do not depend on what a call was given)"
+        )
         return lines
 
 
@@ -165,26 +231,58 @@ class ContentModel:
     seed: int = 0
     role_classes: Mapping[str, str] = field(default_factory=lambda: ROLE_CLASSES)
 
-    def rng(self, purpose: str, *, root: str, op: str) -> np.random.Generator:
-        """The generator for one decision of one op."""
-        return np.random.default_rng(derive_seed(self.binding_id, self.seed, root, op, purpose))
+    def rng(
+        self, purpose: str, *, root: str, op: str, given: Given | None = None
+    ) -> np.random.Generator:
+        """The generator for one decision of one op (also seeded by the prompt digest when
+        the profile responds to context and `given` is known)."""
+        parts: tuple[object, ...] = (self.binding_id, self.seed, root, op, purpose)
+        if self._response(given) is not None:
+            assert given is not None
+            parts += (given.digest,)
+        return np.random.default_rng(derive_seed(*parts))
+
+    def _response(self, given: Given | None) -> ContextResponse | None:
+        return self.profile.context if given is not None else None
 
     def length_dist(self, role: str) -> LengthDist:
         """The length distribution of `role` (via its role class, else `default`)."""
         cls = self.role_classes.get(role, role)
         return self.profile.lengths.get(cls, self.profile.lengths["default"])
 
-    def output_tokens(self, role: str, *, root: str, op: str) -> int:
-        """The realized output length of a model call by `role`."""
-        return self.length_dist(role).sample(self.rng("length", root=root, op=op))
+    def output_tokens(self, role: str, *, root: str, op: str, given: Given | None = None) -> int:
+        """The realized output length of a model call by `role` (given `given`)."""
+        dist = self.length_dist(role)
+        rng = self.rng("length", root=root, op=op, given=given)
+        response = self._response(given)
+        if response is not None and response.length_elasticity:
+            assert given is not None
+            factor = float(np.exp(response.length_elasticity * response.log_scale(given)))
+            dist = LengthDist(
+                float(np.clip(dist.median_tokens * factor, dist.min_tokens, dist.max_tokens)),
+                dist.sigma,
+                dist.min_tokens,
+                dist.max_tokens,
+            )
+        return dist.sample(rng)
 
-    def accepts(self, round_index: int, *, root: str, op: str) -> bool:
+    def accepts(self, round_index: int, *, root: str, op: str, given: Given | None = None) -> bool:
         """Whether the evaluator accepts the draft at 1-based refinement round `round_index`."""
-        return self._bernoulli(self.profile.accept_by_round, round_index, "accept", root, op)
+        response = self._response(given)
+        slope = response.accept_slope if response is not None else 0.0
+        return self._bernoulli(
+            self.profile.accept_by_round, round_index, "accept", root, op, given, slope
+        )
 
-    def converges(self, round_index: int, *, root: str, op: str) -> bool:
+    def converges(
+        self, round_index: int, *, root: str, op: str, given: Given | None = None
+    ) -> bool:
         """Whether the debate has converged after 1-based round `round_index`."""
-        return self._bernoulli(self.profile.converge_by_round, round_index, "converge", root, op)
+        response = self._response(given)
+        slope = response.converge_slope if response is not None else 0.0
+        return self._bernoulli(
+            self.profile.converge_by_round, round_index, "converge", root, op, given, slope
+        )
 
     def spawn_count(self, max_children: int, *, root: str, op: str) -> int:
         """How many children a planner spawns, in [1, max_children]."""
@@ -218,9 +316,21 @@ class ContentModel:
         return synthetic_token_ids(num_tokens, seed, vocab_size)
 
     def _bernoulli(
-        self, table: tuple[float, ...], round_index: int, purpose: str, root: str, op: str
+        self,
+        table: tuple[float, ...],
+        round_index: int,
+        purpose: str,
+        root: str,
+        op: str,
+        given: Given | None = None,
+        slope: float = 0.0,
     ) -> bool:
         if round_index < 1:
             raise ConfigError(f"round_index is 1-based, got {round_index}")
         p = table[min(round_index, len(table)) - 1]
-        return bool(self.rng(purpose, root=root, op=op).random() < p)
+        response = self._response(given)
+        if response is not None and slope and 0.0 < p < 1.0:
+            assert given is not None
+            logit = float(np.log(p / (1 - p))) + slope * response.log_scale(given)
+            p = 1.0 / (1.0 + float(np.exp(-logit)))
+        return bool(self.rng(purpose, root=root, op=op, given=given).random() < p)

@@ -19,6 +19,7 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.3, 0.55, 0.8
 - spawn weights (1..n children): 0.35, 0.4, 0.25
 - vote agreement: 0.66
+- context: none (lengths and decisions do not depend on what a call was given)
 """
 
 from __future__ import annotations

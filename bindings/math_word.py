@@ -17,6 +17,7 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.3, 0.6, 0.8
 - spawn weights (1..n children): 0.3, 0.4, 0.2, 0.1
 - vote agreement: 0.72
+- context: none (lengths and decisions do not depend on what a call was given)
 """
 
 from __future__ import annotations

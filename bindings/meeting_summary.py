@@ -19,6 +19,7 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.35, 0.65, 0.85
 - spawn weights (1..n children): 0.1, 0.3, 0.35, 0.25
 - vote agreement: 0.65
+- context: none (lengths and decisions do not depend on what a call was given)
 """
 
 from __future__ import annotations

@@ -18,6 +18,14 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.3, 0.6, 0.8
 - spawn weights (1..n children): 0.1, 0.3, 0.35, 0.25
 - vote agreement: 0.65
+- context: reference 600 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+
+What the context line means (`bindings.content`): a call given more delivered tokens writes
+longer (median x ((600 + d) / 1200) ** 0.3: x0.81 with nothing delivered, x1.15 at 1,300), and an
+evaluator given a longer draft accepts more often (log-odds + ln((600 + d) / 1200)); every draw
+is also seeded by the digest of the call's prompt, so Full vs Selected delivery changes the
+downstream work natively. Modeled, not measured: a real engine (`--content engine`) is the
+reference.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from maserve_prefect.bindings.base import (
     recall_quality,
     role_prompts,
 )
-from maserve_prefect.bindings.content import ContentProfile, LengthDist
+from maserve_prefect.bindings.content import ContentProfile, ContextResponse, LengthDist
 
 from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
 
@@ -86,6 +94,9 @@ class ResearchBinding(ShippedBinding):
         converge_by_round=(0.3, 0.6, 0.8),
         spawn_weights=(0.1, 0.3, 0.35, 0.25),
         vote_agreement=0.65,
+        context=ContextResponse(
+            reference_tokens=600, length_elasticity=0.3, accept_slope=1.0, converge_slope=0.5
+        ),
     )
 
     def evaluate(self, instance: TaskInstance, answer: Answer) -> Quality:

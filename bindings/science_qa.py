@@ -16,6 +16,7 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.4, 0.7, 0.9
 - spawn weights (1..n children): 0.5, 0.35, 0.15
 - vote agreement: 0.78
+- context: none (lengths and decisions do not depend on what a call was given)
 """
 
 from __future__ import annotations

@@ -12,9 +12,12 @@ any / k-of-n join. It returns the stage's output artifacts by name (futures or a
   transforms, select_best / summarize as a call of the aggregator role).
 - Refinement Loop: draft → evaluate (model, tool, or the binding's evaluation) → until accepted
   or `max_rounds`; each round's feedback goes into the next draft.
-- Debate: peers answer over rounds, seeing peers' answers along the topology (all-to-all, ring,
-  star), the last round or the whole history; synchronous debates may stop early when the
-  convergence check says so; an optional judge decides.
+- Debate: peers answer over rounds, each revising its own previous answer (self-revision) in
+  the light of the peers' answers it sees along the topology (all-to-all, ring, star), the last
+  round or the whole history. A synchronous debate has a per-round barrier: no peer starts round
+  r before every peer finished round r - 1 (control edges where a peer does not see a previous
+  answer by data), and may stop early when the convergence check says so; an asynchronous one
+  lets a peer go on as soon as the answers it reads are in. An optional judge decides.
 """
 
 from __future__ import annotations
@@ -212,6 +215,9 @@ def run_debate(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) ->
         )
     else:
         ctx = None
+    synchronous = cfg.sync is SyncMode.SYNCHRONOUS
+    # a peer whose session history is inherited already replays its own earlier answers
+    own_history = (ctx or ContextSpec.from_rule(stage.context)).history is HistoryMode.INHERITED
     gate = None  # a round after a "go on" verdict waits for the op that gave it
     for r in range(1, cfg.rounds + 1):
         answers = []
@@ -219,8 +225,11 @@ def run_debate(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) ->
             seen: list[Future | Artifact] = []
             if rounds:
                 history = rounds if cfg.context is DebateContext.FULL_HISTORY else rounds[-1:]
-                seen = [past[j] for past in history for j in _visible(cfg, i, n)]
-            check = cfg.sync is SyncMode.SYNCHRONOUS and i == 0 and r < cfg.rounds
+                own = [] if own_history else [i]
+                seen = [past[j] for past in history for j in own + _visible(cfg, i, n)]
+            # the per-round barrier: every answer of the previous round (data where seen)
+            barrier: list[Future] = list(rounds[-1]) if synchronous and rounds else []
+            check = synchronous and i == 0 and r < cfg.rounds
             answers.append(
                 env.call(
                     stage,
@@ -234,6 +243,7 @@ def run_debate(env: RootEnv, stage: Stage, stage_id: str, iteration: int = 0) ->
                     context=ctx,
                     template="debate",
                     decision=Decision("converge", round=r) if check else None,
+                    wait_for=barrier,
                 )
             )
         env.close_gate(gate)

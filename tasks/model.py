@@ -14,8 +14,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from maserve_prefect.bindings.content import Given
 from maserve_prefect.tasks.artifact import Artifact, FieldValue
-from maserve_prefect.tasks.context import FULL_CONTEXT, ContextSpec, Message, build_messages
+from maserve_prefect.tasks.context import (
+    FULL_CONTEXT,
+    ContextSpec,
+    Message,
+    build_messages,
+    render_artifact,
+)
 from maserve_prefect.tasks.ops_common import op_task, this_op
 
 from maserve_prefect.engines.sim.tokenizer import chat_token_ids, count_tokens
@@ -51,7 +58,9 @@ class Decision:
     group: str = ""
 
 
-def _decide(decision: Decision | None, text: str, h: Harness, op: OpRun) -> dict[str, FieldValue]:
+def _decide(
+    decision: Decision | None, text: str, h: Harness, op: OpRun, given: Given
+) -> dict[str, FieldValue]:
     if decision is None:
         return {}
     root = op.scope.root_id
@@ -59,10 +68,10 @@ def _decide(decision: Decision | None, text: str, h: Harness, op: OpRun) -> dict
         c = h.content
         assert c is not None
         if decision.kind == "accept":
-            ok = c.accepts(decision.round, root=root, op=op.op_id)
+            ok = c.accepts(decision.round, root=root, op=op.op_id, given=given)
             return {"verdict": "accept" if ok else "revise"}
         if decision.kind == "converge":
-            return {"converged": c.converges(decision.round, root=root, op=op.op_id)}
+            return {"converged": c.converges(decision.round, root=root, op=op.op_id, given=given)}
         if decision.kind == "spawn":
             return {"count": c.spawn_count(decision.limit, root=root, op=op.op_id)}
         if decision.kind == "vote":
@@ -131,6 +140,13 @@ def model_call(
         instruction=instruction,
     )
     op.input_refs = [h.store.put(canonical_json([list(m) for m in messages]))]
+    # what this call was given: its delivered artifacts and replayed turns as rendered, and the
+    # digest of its resolved prompt (the content model's context response reads both)
+    given = Given(
+        delivered_tokens=sum(count_tokens(render_artifact(a, context)) for a in delivered)
+        + sum(count_tokens(text) for _, text in turns),
+        digest=op.input_refs[0],
+    )
     op.input_refs += [a.digest for a in (*history, *delivered) if a.digest]
     turn_ref = h.store.put(messages[-1][1].encode())
     prompt_ids = tuple(chat_token_ids(messages))
@@ -138,7 +154,7 @@ def model_call(
     if h.engine_kind == "sim":
         if h.content is None:
             raise ModelCallError(f"op {op.op_id}: simulator runs need a content model")
-        n_out = h.content.output_tokens(role, root=op.scope.root_id, op=op.op_id)
+        n_out = h.content.output_tokens(role, root=op.scope.root_id, op=op.op_id, given=given)
         if max_tokens is not None:
             n_out = min(n_out, max_tokens)
         request = Request(
@@ -147,7 +163,7 @@ def model_call(
         )  # fmt: skip
     elif h.draws_content:  # a real engine generating the text at the binding's drawn length
         assert h.content is not None
-        n_out = h.content.output_tokens(role, root=op.scope.root_id, op=op.op_id)
+        n_out = h.content.output_tokens(role, root=op.scope.root_id, op=op.op_id, given=given)
         if max_tokens is not None:
             n_out = min(n_out, max_tokens)
         request = Request(
@@ -180,7 +196,7 @@ def model_call(
     art = Artifact(
         name=output,
         text=text,
-        fields={**_decide(decision, text, h, op), TURN_FIELD: turn_ref},
+        fields={**_decide(decision, text, h, op, given), TURN_FIELD: turn_ref},
         num_tokens=outcome.num_output_tokens or count_tokens(text),
         producer=op.op_id,
     )

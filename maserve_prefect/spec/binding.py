@@ -186,17 +186,19 @@ class TaskBinding(ABC):
 class ContentDraws(Protocol):
     """Seeded draws a native run takes its work from on the simulator (and, with
     `content_source="binding"`, on a real engine): output lengths, template decisions and
-    synthetic payloads, each a pure function of (binding, run seed, root, op).
+    synthetic payloads, each a pure function of (binding, run seed, root, op) and — for
+    lengths and accept / converge decisions, where the binding's profile responds to context —
+    of `given`, what the call was given (`bindings.content.Given`).
 
     `bindings.content.ContentModel` is this project's implementation; the task runner's harness
     holds one per run and the ops read it.
     """
 
-    def output_tokens(self, role: str, *, root: str, op: str) -> int: ...
+    def output_tokens(self, role: str, *, root: str, op: str, given: Any = None) -> int: ...
 
-    def accepts(self, round_index: int, *, root: str, op: str) -> bool: ...
+    def accepts(self, round_index: int, *, root: str, op: str, given: Any = None) -> bool: ...
 
-    def converges(self, round_index: int, *, root: str, op: str) -> bool: ...
+    def converges(self, round_index: int, *, root: str, op: str, given: Any = None) -> bool: ...
 
     def spawn_count(self, max_children: int, *, root: str, op: str) -> int: ...
 

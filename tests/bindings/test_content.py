@@ -141,3 +141,42 @@ def test_user_binding_gets_default_content_model() -> None:
 
     model = content_model_for(Tiny(), seed=2)
     assert model.binding_id == "tiny" and model.output_tokens("x", root="r", op="o") >= 20
+
+
+def test_context_response_makes_draws_functions_of_what_the_call_was_given() -> None:
+    """With a context response, more delivered tokens (same prompt digest, so the same noise)
+    never shorten the output nor lower acceptance, and a different digest redraws; without
+    one, `given` changes nothing."""
+    from maserve_prefect.bindings.content import ContextResponse, Given
+
+    lengths = {"default": LengthDist(300, 0.5, 10, 5000)}
+    responsive = ContentModel(
+        "demo",
+        ContentProfile(
+            lengths=lengths,
+            accept_by_round=(0.5,),
+            context=ContextResponse(600, length_elasticity=0.5, accept_slope=2.0),
+        ),
+        seed=1,
+    )
+    plain = ContentModel("demo", ContentProfile(lengths=lengths, accept_by_round=(0.5,)), seed=1)
+    grew = accepted_more = 0
+    for i in range(40):
+        small, large = Given(50, f"d{i}"), Given(3000, f"d{i}")
+        n_small = responsive.output_tokens("x", root="r", op=f"o{i}", given=small)
+        n_large = responsive.output_tokens("x", root="r", op=f"o{i}", given=large)
+        assert n_large >= n_small
+        grew += n_large > n_small
+        a_small = responsive.accepts(1, root="r", op=f"o{i}", given=small)
+        a_large = responsive.accepts(1, root="r", op=f"o{i}", given=large)
+        assert a_large or not a_small
+        accepted_more += a_large and not a_small
+        assert plain.output_tokens("x", root="r", op=f"o{i}", given=small) == plain.output_tokens(
+            "x", root="r", op=f"o{i}"
+        )
+    assert grew == 40 and accepted_more > 0
+    redraws = {
+        responsive.output_tokens("x", root="r", op="o", given=Given(600, f"digest{i}"))
+        for i in range(10)
+    }
+    assert len(redraws) > 1  # the prompt digest seeds the draw
