@@ -163,6 +163,12 @@ def simulator_rows(
             replica = pool.replica(ticket.replica)
             block_bytes = replica.config.block_size * spec.kv_bytes_per_token
             for shape in shapes:
+                if shape.input_len + shape.output_len > replica.config.max_model_len:
+                    sweep.notes.append(
+                        f"{spec.name} on {gpu.name}: {shape} exceeds its context window "
+                        f"({replica.config.max_model_len} tokens); skipped"
+                    )
+                    continue
                 per_request = cdiv(
                     shape.input_len + shape.output_len - 1, replica.config.block_size
                 )

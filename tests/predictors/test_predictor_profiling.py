@@ -17,7 +17,12 @@ from maserve_prefect.predictors.measured import (
     llmservingsim_step_model,
     vidur_step_model,
 )
-from maserve_prefect.predictors.profiling import measured_rows, run_batch, simulator_rows
+from maserve_prefect.predictors.profiling import (
+    measured_rows,
+    run_batch,
+    shape_grid,
+    simulator_rows,
+)
 
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.catalog import get_gpu, get_model
@@ -130,3 +135,11 @@ def test_complete_grid_drops_sparse_values() -> None:
     axes, vals = complete_grid(pts, np.arange(6.0) + 1)
     assert axes == [[1.0, 2.0], [1.0, 2.0]]
     assert vals.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_the_sweep_skips_shapes_beyond_a_models_context_window() -> None:
+    # Phi-2's window is 2,048 tokens: a server refuses a 4,096-token prompt, so a profiler
+    # records no row for it (and says so) instead of failing the sweep
+    sweep = simulator_rows(["Phi-2"], ["A100-80GB"], shape_grid((1,), (1024, 4096), (16,)))
+    assert [(r.input_len, r.output_len) for r in sweep.rows] == [(1024, 16)]
+    assert any("exceeds its context window (2048 tokens)" in n for n in sweep.notes)
