@@ -309,7 +309,8 @@ def _replay_wall(
     if factory is None:
         from maserve_prefect.engines.openai.wall import openai_replicas_factory
 
-        factory = openai_replicas_factory(target)
+        bound = {} if timeout_s is None else {"discovery_timeout_s": timeout_s}
+        factory = openai_replicas_factory(target, **bound)
     deployments = sorted(
         {pool_file.resolve(deployment_of(op)) for op in source.ops if op.kind is OpKind.MODEL}
     )

@@ -22,6 +22,7 @@ Examples:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,19 +99,44 @@ def _unreachable(url: str, exc: Exception) -> EngineError:
     )
 
 
-def _get(client: httpx.Client, path: str) -> httpx.Response | None:
+class _Deadline:
+    """One time budget for every HTTP call of a discovery (each call gets what is left)."""
+
+    def __init__(self, url: str, total_s: float) -> None:
+        self.url, self.total_s = url, total_s
+        self.end = time.monotonic() + total_s
+
+    def left(self) -> float:
+        """Seconds left for the next call.
+
+        Raises:
+            EngineError: the budget is spent.
+        """
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise EngineError(
+                f"discovering {self.url} took longer than {self.total_s:g} s (the arm's "
+                "timeout); the server accepts connections but does not answer in time — check "
+                "that it is not hung or overloaded, or raise --timeout"
+            )
+        return left
+
+
+def _get(client: httpx.Client, path: str, deadline: _Deadline) -> httpx.Response | None:
     """GET that answers None on any transport error or non-200 (optional endpoints)."""
     try:
-        resp = client.get(path)
+        resp = client.get(path, timeout=deadline.left())
     except httpx.HTTPError:
         return None
     return resp if resp.status_code == 200 else None
 
 
-def _post(client: httpx.Client, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+def _post(
+    client: httpx.Client, body: Mapping[str, Any], deadline: _Deadline
+) -> tuple[int, dict[str, Any]]:
     """POST a non-streaming completion; (status, JSON body or {})."""
     try:
-        resp = client.post("/v1/completions", json=dict(body))
+        resp = client.post("/v1/completions", json=dict(body), timeout=deadline.left())
     except httpx.HTTPError:
         return 0, {}
     try:
@@ -145,23 +171,23 @@ def _pick_model(
     return model, max_len if isinstance(max_len, int) else None
 
 
-def _probe(client: httpx.Client, model: str, is_vllm: bool) -> dict[str, bool]:
+def _probe(client: httpx.Client, model: str, is_vllm: bool, deadline: _Deadline) -> dict[str, bool]:
     base = {"model": model, "prompt": _PROBE_IDS, "max_tokens": 1, "temperature": 0.0}
-    status, data = _post(client, base | {"return_token_ids": True})
+    status, data = _post(client, base | {"return_token_ids": True}, deadline)
     returns_ids = False
     if status == 200:
         choices = data.get("choices") or [{}]
         returns_ids = isinstance(choices[0].get("token_ids"), list)
     else:
-        status, data = _post(client, base)
+        status, data = _post(client, base, deadline)
     token_ids = status == 200 and _usage(data, "prompt_tokens") in (None, len(_PROBE_IDS))
     lock_body = base | {"max_tokens": _LOCK_TOKENS, "min_tokens": _LOCK_TOKENS, "ignore_eos": True}
     if not token_ids:
         lock_body["prompt"] = "Hello"
-    status, data = _post(client, lock_body)
+    status, data = _post(client, lock_body, deadline)
     lock = status == 200 and _usage(data, "completion_tokens") == _LOCK_TOKENS
     prio_body = (base if token_ids else base | {"prompt": "Hello"}) | {"priority": 1}
-    priority = is_vllm and _post(client, prio_body)[0] == 200
+    priority = is_vllm and _post(client, prio_body, deadline)[0] == 200
     return {
         "token_id_prompts": token_ids,
         "returns_token_ids": returns_ids,
@@ -188,7 +214,8 @@ def discover(
         api_key: bearer token (vLLM ignores it unless started with `--api-key`).
         headers: extra request headers (`EngineTarget.auth_headers`: basic auth replaces the
             bearer token).
-        timeout_s: per-HTTP-call timeout (the probes generate at most 3 tokens).
+        timeout_s: the whole discovery's time budget, shared by its HTTP calls (the probes
+            generate at most 3 tokens); a replay passes its arm's timeout.
         kv_events_endpoint: the server's KV-event publisher, if the caller subscribes to it.
         probe: run the three tiny completions (False: report those features as absent).
 
@@ -198,9 +225,10 @@ def discover(
     """
     url = normalize_base_url(base_url)
     sent = {"Authorization": f"Bearer {api_key}"} | dict(headers or {})
+    deadline = _Deadline(url, timeout_s)
     with httpx.Client(base_url=url, headers=sent, timeout=timeout_s) as client:
         try:
-            resp = client.get("/v1/models")
+            resp = client.get("/v1/models", timeout=deadline.left())
         except httpx.HTTPError as exc:
             raise _unreachable(url, exc) from exc
         if resp.status_code != 200:
@@ -210,7 +238,7 @@ def discover(
             )
         listed = resp.json().get("data") or []
         chosen, max_len = _pick_model(url, [m for m in listed if isinstance(m, dict)], model)
-        version_resp = _get(client, "/version")
+        version_resp = _get(client, "/version", deadline)
         version = None
         if version_resp is not None:
             try:
@@ -218,10 +246,10 @@ def discover(
             except (ValueError, AttributeError):
                 found_version = None
             version = str(found_version) if found_version is not None else None
-        metrics_resp = _get(client, "/metrics")
+        metrics_resp = _get(client, "/metrics", deadline)
         metrics = metrics_resp is not None and "vllm:" in metrics_resp.text
         found = (
-            _probe(client, chosen, version is not None or metrics)
+            _probe(client, chosen, version is not None or metrics, deadline)
             if probe
             else dict.fromkeys(
                 ("token_id_prompts", "returns_token_ids", "length_lock", "priority_scheduling"),

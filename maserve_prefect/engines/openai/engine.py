@@ -82,6 +82,8 @@ class OpenAIEngine:
             bearer token).
         max_concurrency: requests streaming at once; the rest wait in this engine.
         request_timeout_s: limit on one attempt, first byte to last.
+        discovery_timeout_s: the time budget of server discovery, all its calls together (a
+            replay passes its arm's timeout).
         retry: the retry policy.
         deliver: runs ticket callbacks on the caller's regime; None runs them on the loop thread.
         now: the caller's clock (seconds); default monotonic seconds since construction.
@@ -117,6 +119,7 @@ class OpenAIEngine:
         state_source: Callable[[], Mapping[str, float]] | None = None,
         server_info: ServerInfo | None = None,
         kv_events_endpoint: str | None = None,
+        discovery_timeout_s: float = 30.0,
     ) -> None:
         if max_concurrency < 1 or not request_timeout_s > 0:
             raise ConfigError(
@@ -136,6 +139,7 @@ class OpenAIEngine:
         self._headers = dict(headers or {})
         self.max_concurrency = max_concurrency
         self.request_timeout_s = request_timeout_s
+        self.discovery_timeout_s = discovery_timeout_s
         self.retry = retry if retry is not None else RetryPolicy()
         self.vocab_size = vocab_size
         self.state_source = state_source
@@ -180,6 +184,7 @@ class OpenAIEngine:
                         api_key=self._api_key,
                         headers=self._headers,
                         kv_events_endpoint=self.kv_events_endpoint,
+                        timeout_s=self.discovery_timeout_s,
                     )
                 except EngineError:
                     self._unreachable = True
