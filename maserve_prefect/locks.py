@@ -18,6 +18,7 @@ Examples:
 from __future__ import annotations
 
 import fcntl
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from pathlib import Path
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.settings import private_dir
 
-__all__ = ["LockTimeoutError", "exclusive"]
+__all__ = ["LockTimeoutError", "exclusive", "pid_alive"]
 
 POLL_S = 0.1
 
@@ -65,3 +66,14 @@ def exclusive(path: Path, *, wait_s: float, what: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (signal 0; a process of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

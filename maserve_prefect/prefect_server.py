@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 
 from maserve_prefect.errors import ConfigError, PrefectServerError
-from maserve_prefect.locks import exclusive
+from maserve_prefect.locks import exclusive, pid_alive
 from maserve_prefect.settings import private_dir, private_file
 
 __all__ = [
@@ -369,13 +369,7 @@ def _alive(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError):
         if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our own child that has exited: reap it
             return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def _looks_like_prefect(pid: int) -> bool:

@@ -52,7 +52,7 @@ from rich.console import Console
 from rich.table import Table
 
 from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir
-from maserve_prefect.cli.run_cmd import fail, parse_engine
+from maserve_prefect.cli.run_cmd import ApiKeyEnv, fail, parse_engine
 from maserve_prefect.errors import MaserveError
 from maserve_prefect.replay.arms import ScenarioResult
 from maserve_prefect.replay.conformance import failure_reason
@@ -211,13 +211,7 @@ def replay_cmd(
             "scenario's `timeout_s`); unfinished roots are reported as incomplete.",
         ),
     ] = None,
-    api_key_env: Annotated[
-        str | None,
-        typer.Option(
-            help="Environment variable holding the server's API key (sent as a bearer "
-            "token; never stored)."
-        ),
-    ] = None,
+    api_key_env: ApiKeyEnv = None,
     allow_failures: Annotated[
         bool,
         typer.Option("--allow-failures", help="Exit 0 even when an arm run failed its audit."),

@@ -64,6 +64,16 @@ EXIT_PREFECT_MISMATCH = 3
 SHOWN_ERRORS = 3
 
 
+ApiKeyEnv = Annotated[
+    str | None,
+    typer.Option(
+        help="Environment variable holding the server's API key (sent as a bearer token; "
+        "never stored)."
+    ),
+]
+"""The `--api-key-env` option of the commands that talk to a real engine."""
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one red error line on stderr and exit with `code` (URL user info redacted)."""
     print_error(message)
@@ -148,13 +158,7 @@ def run_cmd(
         float, typer.Option(help="Seconds to wait for Prefect to record every task run.")
     ] = DEFAULT_WAIT_S,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing bundle.")] = False,
-    api_key_env: Annotated[
-        str | None,
-        typer.Option(
-            help="Environment variable holding the server's API key (sent as a bearer "
-            "token; never stored)."
-        ),
-    ] = None,
+    api_key_env: ApiKeyEnv = None,
     allow_failures: Annotated[
         bool, typer.Option("--allow-failures", help="Exit 0 even when a root failed.")
     ] = False,

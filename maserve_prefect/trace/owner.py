@@ -20,6 +20,8 @@ import os
 import socket
 from pathlib import Path
 
+from maserve_prefect.locks import pid_alive
+
 __all__ = ["current_owner", "owner_alive"]
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -65,10 +67,4 @@ def owner_alive(owner: str) -> bool | None:
         now = _start_ticks(pid)
         if now or Path("/proc").is_dir():
             return now == ticks
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
