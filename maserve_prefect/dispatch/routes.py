@@ -115,7 +115,14 @@ class _RoutePlan:
         raise NotImplementedError
 
 
-class PrefixPlan(_RoutePlan):
+class _BoundedRoute(_RoutePlan):
+    """A route that prefers one replica within `load_bound` of the least-loaded."""
+
+    def __init__(self, load_bound: int = DEFAULT_LOAD_BOUND) -> None:
+        self.load_bound = _check_bound(load_bound)
+
+
+class PrefixPlan(_BoundedRoute):
     """Longest cached prefix within a load bound, else least-loaded (module docstring).
 
     Args:
@@ -125,9 +132,6 @@ class PrefixPlan(_RoutePlan):
 
     name = "prefix"
     needs_prefix = True
-
-    def __init__(self, load_bound: int = DEFAULT_LOAD_BOUND) -> None:
-        self.load_bound = _check_bound(load_bound)
 
     def _pick(
         self,
@@ -147,7 +151,7 @@ class PrefixPlan(_RoutePlan):
         return best
 
 
-class SessionPlan(_RoutePlan):
+class SessionPlan(_BoundedRoute):
     """Sticky by session (else root) within a load bound, else least-loaded (module
     docstring).
 
@@ -157,9 +161,6 @@ class SessionPlan(_RoutePlan):
     """
 
     name = "session"
-
-    def __init__(self, load_bound: int = DEFAULT_LOAD_BOUND) -> None:
-        self.load_bound = _check_bound(load_bound)
 
     def _pick(
         self,
