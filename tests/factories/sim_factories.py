@@ -72,14 +72,20 @@ def make_replica(
 
 
 def loaded_sim_pool(
-    num_devices: int = 1, model: str = "Qwen3-0.6B", deployment: str = "q", gpu: str = "H100"
+    num_devices: int = 1,
+    model: str = "Qwen3-0.6B",
+    deployment: str = "q",
+    gpu: str = "H100",
+    max_model_len: int | None = None,
 ) -> SimPool:
     """A pool of `num_devices` GPUs, each with a loaded replica of `deployment` (`model`), on a
-    kernel run until the loads are done (`pool.clock`)."""
+    kernel run until the loads are done (`pool.clock`); `max_model_len` overrides the model's
+    context window (vLLM's `--max-model-len`)."""
     k = Kernel()
     pool = SimPool(k, [f"{gpu}:{i}" for i in range(num_devices)])
+    scheduler = () if max_model_len is None else (("max_model_len", max_model_len),)
     for device in pool.devices():
-        pool.load(Deployment(deployment, model), device)
+        pool.load(Deployment(deployment, model, scheduler=scheduler), device)
     k.run()
     return pool
 

@@ -78,8 +78,10 @@ def test_cohorts_are_namespaced_and_background_is_not_measured() -> None:
 
 def test_deadlines_are_locked_from_the_reference_before_arms() -> None:
     cohorts = [{"name": "tgt", "bundle": "x"}, {"name": "bg", "role": "background", "bundle": "y"}]
-    s = parse_scenario(_scenario(cohorts=cohorts, deadlines={"classes": {"other": 9.0},
-                                 "reference": {"factor": 2.0, "quantile": 0.5}}))  # fmt: skip
+    # two arms (both DAG: a stage barrier s1 -> s2 crosses stages, which a barrier may not)
+    s = parse_scenario(_scenario(cohorts=cohorts, arms=[{"name": "dag"}, {"name": "again"}],
+                                 deadlines={"classes": {"other": 9.0},
+                                            "reference": {"factor": 2.0, "quantile": 0.5}}))  # fmt: skip
     res = run_scenario(s, prefect=False, loaded=TWO_CLASSES)
     # alone, a toy root takes its longest tool op (2 s); the deadline is 2 x the median
     assert res.reference_latency_s["toy"] == [2.0, 2.0]
