@@ -67,6 +67,10 @@ class EngineError(MaserveError):
     """Engine-side failures."""
 
 
+class DiscoveryTimeoutError(EngineError):
+    """Server discovery ran out of its time budget (a replay gives it the arm's timeout)."""
+
+
 class RequestError(EngineError, ValueError):
     """An engine request is malformed (both or neither prompt form, bad lengths)."""
 

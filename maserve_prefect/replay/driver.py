@@ -37,7 +37,7 @@ from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.engines.target import EngineTarget, parse_engine
-from maserve_prefect.errors import ConfigError, SimulationError
+from maserve_prefect.errors import ConfigError, DiscoveryTimeoutError, SimulationError
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.protocol.engine import Replica
 from maserve_prefect.replay.audit import count_early_releases, realized_trace
@@ -317,7 +317,16 @@ def _replay_wall(
 
     async def drive() -> ReplayRun:
         clock = WallClock()
-        replicas, close = factory(clock, deployments)
+        try:
+            replicas, close = factory(clock, deployments)
+        except DiscoveryTimeoutError as exc:
+            # discovery is the arm's first wait: an arm whose timeout ends during it ends like
+            # any arm past its timeout — no root ran, every root is reported incomplete
+            drv = ReleaseDriver(source, store, rule, clock, list, pool_file, plan, lock)
+            timed_out = {**(notes or {}), "timed_out": str(exc)}
+            return _finish(
+                drv, source, order, rule, lock, name, timed_out, None, 0.0, engine=str(target)
+            )
         try:
             check_capabilities(replicas, lock)
             drv = ReleaseDriver(source, store, rule, clock, lambda: replicas, pool_file, plan, lock)

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from maserve_prefect.errors import ConfigError, EngineError
+from maserve_prefect.errors import ConfigError, DiscoveryTimeoutError, EngineError
 
 __all__ = ["ServerInfo", "discover", "normalize_base_url"]
 
@@ -114,7 +114,7 @@ class _Deadline:
         """
         left = self.end - time.monotonic()
         if left <= 0:
-            raise EngineError(
+            raise DiscoveryTimeoutError(
                 f"discovering {self.url} took longer than {self.total_s:g} s (the arm's "
                 "timeout); the server accepts connections but does not answer in time — check "
                 "that it is not hung or overloaded, or raise --timeout"
