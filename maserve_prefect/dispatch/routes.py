@@ -35,6 +35,7 @@ Examples:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 
 from maserve_prefect.dispatch.fcfs import FcfsPlan, least_loaded
@@ -79,7 +80,7 @@ def _within(
     return load[target.name] - load[best.name] <= bound
 
 
-class _RoutePlan:
+class _RoutePlan(ABC):
     """FCFS order with a placement rule (`_pick`); subclasses say where a unit goes."""
 
     name = ""
@@ -103,6 +104,7 @@ class _RoutePlan:
             submits.append(Submit(unit.unit_id, target.name))
         return Decisions(submits=tuple(submits))
 
+    @abstractmethod
     def _pick(
         self,
         unit: Unit,
@@ -112,7 +114,7 @@ class _RoutePlan:
         snapshot: Snapshot,
         homes: Mapping[str, str],
     ) -> ReplicaView:
-        raise NotImplementedError
+        """The replica `unit` goes to, given the least-loaded one (`best`)."""
 
 
 class _BoundedRoute(_RoutePlan):
