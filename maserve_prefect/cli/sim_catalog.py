@@ -23,6 +23,7 @@ from maserve_prefect.cli.run_cmd import fail
 from maserve_prefect.engines.catalog.datasheet import load_datasheets
 from maserve_prefect.engines.catalog.devices import (
     DeviceEntry,
+    calibration_of,
     default_efficiency,
     get_device,
     list_gpus,
@@ -56,11 +57,15 @@ def device_list() -> None:
     """Every known device with its peaks and where its numbers come from."""
     try:
         table = Table(title="Devices (built-in datasheets, then $MASERVE_HOME/devices)")
-        for col in ("name", "memory GiB", "BF16/FP16 TFLOPS", "GB/s", "SMs", "L2 MiB", "origin"):
-            table.add_column(col, justify="left" if col in ("name", "origin") else "right")
+        cols = ("name", "memory GiB", "BF16/FP16 TFLOPS", "GB/s", "SMs", "L2 MiB", "calibration")
+        for col in (*cols, "origin"):
+            table.add_column(
+                col, justify="left" if col in ("name", "calibration", "origin") else "right"
+            )
         users = {e.gpu.name for e in user_devices().values()}
         for name in list_gpus():
-            g = get_device(name).gpu
+            entry = get_device(name)
+            g = entry.gpu
             origin = "user" if name in users else (g.source.split(";")[0][:60] or "built-in")
             table.add_row(
                 g.name,
@@ -69,6 +74,7 @@ def device_list() -> None:
                 f"{g.mem_bw_bytes_s / 1e9:g}",
                 str(g.num_sms),
                 f"{g.l2_bytes / 2**20:g}",
+                calibration_of(entry),
                 origin,
             )
         Console(width=160).print(table)

@@ -40,6 +40,8 @@ class DeploymentEntry(BaseModel):
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     max_model_len: int | None = Field(default=None, ge=1)
     """Context window (vLLM's `--max-model-len`); None: the model's `max_position_embeddings`."""
+    enable_prefix_caching: bool | None = None
+    """vLLM's `--enable-prefix-caching` / `--no-enable-prefix-caching`; None: vLLM's default (on)."""
     kv_cache_gib: float | None = Field(default=None, gt=0)
     host_kv_gib: float | None = Field(default=None, gt=0)
     """A second KV tier in host memory (total across TP ranks, like vLLM's
@@ -54,6 +56,8 @@ class DeploymentEntry(BaseModel):
             sched.append(("max_num_batched_tokens", self.max_num_batched_tokens))
         if self.max_model_len is not None:
             sched.append(("max_model_len", self.max_model_len))
+        if self.enable_prefix_caching is not None:
+            sched.append(("enable_prefix_caching", self.enable_prefix_caching))
         return Deployment(
             name=self.name,
             model=self.model,

@@ -61,3 +61,18 @@ def test_host_kv_tier_from_a_pool_file() -> None:
     pool = build_sim_pool(pf, Kernel())
     caps = {r.deployment: r.hear_capabilities() for r in pool.replicas()}
     assert len(caps["main"].kv_tiers) == 2 and len(caps["side"].kv_tiers) == 1
+
+
+def test_paper_serving_setup_reaches_the_simulated_replica() -> None:
+    """MAServeBench's serving setup (§C: request limit 128, prefix caching off, 8,192 max model
+    length and batched tokens, Qwen3-8B on one Ascend 910C) set in the shared pool file is the
+    replica's scheduler configuration, and its prefix cache never hashes."""
+    pf = load_pool_file(
+        Path(__file__).parents[2] / "deployments/suites/scenarios/pool_910c_qwen3_8b.yaml"
+    )
+    pool = build_sim_pool(pf, Kernel())
+    (replica,) = pool.replicas()
+    cfg = replica.config
+    assert (cfg.max_num_seqs, cfg.max_model_len, cfg.max_num_batched_tokens) == (128, 8192, 8192)
+    assert cfg.enable_prefix_caching is False
+    assert replica.capabilities().prefix_caching is False

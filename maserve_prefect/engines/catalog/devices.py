@@ -223,6 +223,19 @@ def get_device(name: str) -> DeviceEntry:
     )
 
 
+def calibration_of(entry: DeviceEntry) -> str:
+    """`fitted` when the device's step-time efficiencies were fitted on its own profiles (the
+    shipped fit, or `maserve sim device calibrate`), else `uncalibrated` (the pooled default fit
+    over the datasheet's peaks).
+
+    Examples:
+        >>> calibration_of(get_device("A100-80GB")), calibration_of(get_device("Ascend 910C"))
+        ('fitted', 'uncalibrated')
+    """
+    fitted = entry.fit.get("source") == "shipped fit" or "profile_dir" in entry.fit
+    return "fitted" if fitted else "uncalibrated"
+
+
 def get_gpu(name: str) -> GpuSpec:
     """The `GpuSpec` for a device name or alias (user entries included).
 

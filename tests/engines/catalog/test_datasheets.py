@@ -98,6 +98,8 @@ def test_device_add_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert make_step_model("Qwen3-8B", "labcard").decode_affine(2).num_seqs == 2
     listed = runner.invoke(app, ["sim", "device", "list"])
     assert listed.exit_code == 0 and "Lab Card" in listed.output
+    lab = next(line for line in listed.output.splitlines() if "Lab Card" in line)
+    assert "uncalibrated" in lab  # a datasheet alone is not a calibration
     again = runner.invoke(app, ["sim", "device", "add", str(sheet)])
     assert again.exit_code == 1 and "--force" in again.output
     sheet.write_text(yaml.safe_dump({**SHEET, "bf16_tflops": 120.0}))
