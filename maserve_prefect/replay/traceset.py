@@ -132,11 +132,13 @@ def _load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
 
         b = import_bundle(scenario.path(cohort.bundle))
         return b.trace, b.store
+    from maserve_prefect.prefect_server import recording_api
     from maserve_prefect.taskrunner.native import run_native
 
     assert cohort.native is not None
     r = cohort.native
-    run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed)
+    with recording_api():
+        run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed)
     return run.trace, run.harness.store
 
 

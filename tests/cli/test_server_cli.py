@@ -125,3 +125,24 @@ def test_two_commands_starting_at_once_share_one_server_and_stop_ends_it(home: P
     assert status_json(home)["running"] is False
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
+
+
+def test_recording_api_keeps_a_configured_api_else_connects_the_managed_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Native recording without an API connects the one managed server (never Prefect's
+    per-thread ephemeral servers); with an API configured it changes nothing."""
+    started: list[str] = []
+
+    def fake_ensure() -> prefect_server.ServerInfo:
+        started.append("managed")
+        return prefect_server.ServerInfo(home=tmp_path, running=True, url="http://127.0.0.1:9/api")
+
+    monkeypatch.setattr(prefect_server, "ensure_server", fake_ensure)
+    monkeypatch.setattr(prefect_server, "configured_api_url", lambda: "http://configured/api")
+    with prefect_server.recording_api():
+        assert started == []
+    monkeypatch.setattr(prefect_server, "configured_api_url", lambda: None)
+    with prefect_server.recording_api():
+        assert started == ["managed"]
+        assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:9/api"

@@ -8,7 +8,6 @@ could change it, so every arm and every later suite run schedules exactly the sa
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Sequence
@@ -60,9 +59,7 @@ def record_traces(
         if path.is_file():
             out[name] = Trace.model_validate_json(path.read_text())
             continue
-        with contextlib.ExitStack() as stack:
-            if prefect_server.configured_api_url() is None:
-                stack.enter_context(prefect_server.connected(prefect_server.ensure_server()))
+        with prefect_server.recording_api():
             run = run_native(name, users=users, seed=seed)
         failed = [r for r in run.roots if r.error is not None]
         if failed or len(run.roots) != users:
