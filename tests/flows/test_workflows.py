@@ -23,6 +23,7 @@ SHIPPED = {
     "spawn", "spawn_decided", "fork_join", "refinement_loop", "debate", "ordinary", "four_call_full",
     "four_call_selected", "spawn_fork_join_refinement", "fork_join_debate_refinement",
     "research_review_writing", "math_ensemble", "code_repair", "hierarchical_summary",
+    "gpt_researcher_full", "gpt_researcher_selected",
 }  # fmt: skip
 
 
