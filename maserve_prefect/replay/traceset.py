@@ -139,6 +139,14 @@ def _load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
     r = cohort.native
     with recording_api():
         run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed)
+    failed = [root for root in run.roots if root.error is not None]
+    if failed and not run.trace.roots:
+        raise ConfigError(
+            f"scenario {scenario.name}: cohort {cohort.name!r}: the native run of {r.workflow} "
+            f"(seed {r.seed}, {r.users} users) failed every root ({len(failed)}), first: "
+            f"{failed[0].error}; fix the workflow (or, for a Prefect API error, the server at "
+            f"PREFECT_API_URL / `maserve server status`) before replaying it as fixed work"
+        )
     return run.trace, run.harness.store
 
 
@@ -148,7 +156,8 @@ def build_trace_set(
     """Load (or take from `loaded`, by cohort name) every cohort and merge them.
 
     Raises:
-        ConfigError: a cohort has no roots.
+        ConfigError: a cohort has no roots (for a native cohort whose every root failed, the
+            message gives the first root's error).
     """
     many = len(scenario.cohorts) > 1
     store = MemoryStore()

@@ -335,3 +335,27 @@ def test_a_legal_barrier_records_coordination_edges_with_their_stage() -> None:
     for trace in (bar.run.source, bar.run.trace):  # the replayed trace and its realization
         added = [d for d in trace.op_index()["r0/b"].deps if d.is_coordination]
         assert [(d.op_id, d.stage) for d in added] == [("r0/a", "r0/parallel(s1,s2)")]
+
+
+def test_a_native_cohort_whose_every_root_failed_names_the_root_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not "cohort has no roots": the message carries the first root's error (a Prefect API
+    timeout under load was swallowed that way)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from maserve_prefect import prefect_server
+    from maserve_prefect.replay.traceset import build_trace_set
+    from maserve_prefect.taskrunner import native
+
+    failed = SimpleNamespace(
+        roots=[SimpleNamespace(error="PrefectHTTPStatusError: 503 from the API")],
+        trace=make_trace(0).model_copy(update={"roots": []}),
+        harness=SimpleNamespace(store=MemoryStore()),
+    )
+    monkeypatch.setattr(native, "run_native", lambda *a, **k: failed)
+    monkeypatch.setattr(prefect_server, "recording_api", contextlib.nullcontext)
+    sc = parse_scenario(_scenario(cohorts=[{"name": "tgt", "native": {"workflow": "spawn"}}]))
+    with pytest.raises(ConfigError, match="failed every root.*503 from the API"):
+        build_trace_set(sc)
