@@ -357,5 +357,5 @@ def test_a_native_cohort_whose_every_root_failed_names_the_root_error(
     monkeypatch.setattr(native, "run_native", lambda *a, **k: failed)
     monkeypatch.setattr(prefect_server, "recording_api", contextlib.nullcontext)
     sc = parse_scenario(_scenario(cohorts=[{"name": "tgt", "native": {"workflow": "spawn"}}]))
-    with pytest.raises(ConfigError, match="failed every root.*503 from the API"):
+    with pytest.raises(ConfigError, match=r"failed every root.*503 from the API"):
         build_trace_set(sc)
