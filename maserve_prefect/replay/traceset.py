@@ -211,7 +211,8 @@ def place_fixed_slots(
     return head + [r for g in zip_longest(*queues) for r in g if r is not None]
 
 
-def _load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
+def load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
+    """The cohort's trace and payload store: its bundle imported, or its native recipe run."""
     if cohort.bundle is not None:
         from maserve_prefect.trace.bundle import import_bundle
 
@@ -242,7 +243,7 @@ def build_trace_set(
     notes: dict[str, str] = {}
     manifests: list[Manifest] = []
     for cohort in scenario.cohorts:
-        trace, src = (loaded or {}).get(cohort.name) or _load_cohort(scenario, cohort)
+        trace, src = (loaded or {}).get(cohort.name) or load_cohort(scenario, cohort)
         if not trace.roots:
             raise ConfigError(f"scenario {scenario.name}: cohort {cohort.name!r} has no roots")
         for digest in src.iter_digests():

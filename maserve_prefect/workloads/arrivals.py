@@ -135,9 +135,7 @@ class SlotArrivals:
         """One offset per slot, in slot order (targets occupy the first `num_targets`)."""
         k = min(self.num_targets, n)
         tgt = [round(self.target_start_s + i * self.target_step_s, 9) for i in range(k)]
-        bg = [
-            round(self.background_start_s + j * self.background_step_s, 9) for j in range(n - k)
-        ]
+        bg = [round(self.background_start_s + j * self.background_step_s, 9) for j in range(n - k)]
         return tgt + bg
 
 
