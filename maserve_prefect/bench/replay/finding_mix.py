@@ -6,14 +6,8 @@ composition (G.2 near-matched, G.4 unmatched), or the cohort a class runs in (G.
 figure is a paired per-block comparison of the target roots, computed from the replay traces and
 the simulator's step records, and reported beside the paper's value (`paper.paper_row`).
 
-**Target co-batching share** (`target_cobatching`, Fig. 10a): scheduler intervals (the
-simulator's step records, each from its start to its end) clipped to a window (2–110 s after the
-replay's start); the denominator is the time of intervals holding at least one target request
-(several targets in one interval count once); a background class's share is the time of those
-intervals also holding at least one of its requests, and `all` the time holding every background
-class at once. **Pure-decode batch** (`pure_decode_batch`): requests per pure decode interval,
-weighted by duration over the targets' lifetime (first target arrival to last target
-completion).
+The co-batching share and the pure-decode batch are `metrics.cobatch`'s, on the simulator's
+step records.
 
 Suites and their rows:
 
@@ -28,23 +22,11 @@ Suites and their rows:
   waiting before first scheduling on the completion path (`metrics.path`): readiness-to-
   submission plus backend wait, since our request limit queues requests in the engine
   (`WAIT_NOTE`); `class_ratios` keeps the readiness-to-submission-only share too.
-
-Examples:
-    >>> from maserve_prefect.engines.sim.step.records import ScheduledTokens as S, StepKind
-    >>> def rec(t0, t1, *rids):
-    ...     sched = tuple(S(r, 5, 1) for r in rids)
-    ...     return StepRecord("r", 0, t0, t1, 1, StepKind.DECODE, sched, len(rids), 0, 0, 0, 0, ())
-    >>> recs = [rec(0.0, 1.0, "t", "a", "b"), rec(1.0, 3.0, "t", "a"), rec(3.0, 4.0, "a")]
-    >>> groups = {"t": "target", "a": "loop", "b": "spawn"}
-    >>> target_cobatching(recs, groups, classes=("loop", "spawn"))
-    {'loop': 1.0, 'spawn': 0.3333333333333333, 'all': 0.3333333333333333}
-    >>> pure_decode_batch(recs, window=(0.0, 3.0))
-    2.3333333333333335
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,22 +34,21 @@ import numpy as np
 from maserve_prefect.bench.replay import block_figures as bf
 from maserve_prefect.bench.replay.block_figures import Row
 from maserve_prefect.bench.replay.paper import PaperFigure, paper_row
-from maserve_prefect.engines.sim.step.records import StepKind, StepRecord
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.metrics.cobatch import (
+    TARGET,
+    model_tokens,
+    pure_decode_batch,
+    request_groups,
+    target_cobatching,
+)
 from maserve_prefect.metrics.path import path_ledger
-from maserve_prefect.metrics.task import root_class
 from maserve_prefect.replay.arms import ArmResult, ScenarioResult
 from maserve_prefect.replay.traceset import TraceSet
-from maserve_prefect.trace.model import OpKind, Trace
-
-TARGET = "target"
-"""The group of every target request (`request_groups`)."""
+from maserve_prefect.trace.model import OpKind
 
 COBATCH_WINDOW_S = (2.0, 110.0)
 """Fig. 10a's window, seconds after the replay's start: the common background arrival span."""
-
-BACKGROUND_CLASSES = ("fork_join", "refinement_loop", "spawn")
-"""The three background workflows of App. G.1, in lexicographic order."""
 
 BINDINGS = {"t_gsm8k": "GSM8K", "t_pubmedqa": "PubMedQA", "t_science": "Science"}
 """Target cohorts of the mix scenarios → the paper's binding names."""
@@ -213,79 +194,6 @@ COHORTS = {
     ),
 }
 """The paper's separate-vs-mixed figures."""
-
-
-# -- step-record metrics -------------------------------------------------------------------------
-
-
-def _clipped(rec: StepRecord, window: tuple[float, float] | None) -> float:
-    if window is None:
-        return rec.duration_s
-    return max(0.0, min(rec.end_s, window[1]) - max(rec.start_s, window[0]))
-
-
-def target_cobatching(
-    records: Iterable[StepRecord],
-    group_of: Mapping[str, str],
-    *,
-    classes: Sequence[str] = BACKGROUND_CLASSES,
-    window: tuple[float, float] | None = None,
-) -> dict[str, float]:
-    """Share of target-holding scheduled time also holding each class, and `all` of them.
-
-    Args:
-        records: scheduler intervals (step records).
-        group_of: request id → `TARGET` or its background class (`request_groups`).
-        classes: the background classes reported; `all` needs every one in the interval.
-        window: (start, end) on the records' clock; intervals are clipped to it.
-
-    Returns:
-        Class → share in [0, 1] (plus `all`); empty when no target was scheduled in the window.
-    """
-    total = 0.0
-    held = dict.fromkeys((*classes, "all"), 0.0)
-    for rec in records:
-        groups = {group_of.get(s.request_id) for s in rec.scheduled}
-        if TARGET not in groups:
-            continue
-        dur = _clipped(rec, window)
-        if dur <= 0:
-            continue
-        total += dur
-        for cls in classes:
-            if cls in groups:
-                held[cls] += dur
-        if all(cls in groups for cls in classes):
-            held["all"] += dur
-    if total <= 0:
-        return {}
-    return {cls: v / total for cls, v in held.items()}
-
-
-def pure_decode_batch(
-    records: Iterable[StepRecord], *, window: tuple[float, float] | None = None
-) -> float | None:
-    """Requests per pure decode interval, weighted by its duration within `window` (None when
-    no pure decode interval falls in it)."""
-    pairs = [(len(r.scheduled), _clipped(r, window)) for r in records if r.kind is StepKind.DECODE]
-    arr = np.array([p for p in pairs if p[1] > 0], dtype=np.float64).reshape(-1, 2)
-    total = arr[:, 1].sum()
-    return float(np.dot(arr[:, 0], arr[:, 1]) / total) if total > 0 else None
-
-
-def request_groups(trace: Trace, role_of: Mapping[str, str]) -> dict[str, str]:
-    """Request (op) id → `TARGET` for a target root's op, else its root's class."""
-    group = {
-        r.root_id: TARGET if role_of.get(r.root_id) == TARGET else root_class(r)
-        for r in trace.roots
-    }
-    return {op.op_id: group.get(op.root_id, "") for op in trace.ops}
-
-
-def model_tokens(trace: Trace, roots: set[str]) -> tuple[int, int]:
-    """(input, output) tokens of the model ops of `roots` in `trace`."""
-    ops = [o for o in trace.ops if o.root_id in roots and o.kind is OpKind.MODEL]
-    return sum(o.num_input_tokens for o in ops), sum(o.num_output_tokens for o in ops)
 
 
 # -- per-run figures -------------------------------------------------------------------------------
