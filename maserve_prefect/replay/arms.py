@@ -8,7 +8,9 @@ reference pool *as written*, without any arm's overrides, so the deadlines do no
 order; `Reference.pool`) — and writes them into the result before any arm runs, then (3) runs
 `blocks` paired blocks: in each block every arm replays the same arrivals (the block's seed is the
 scenario seed + block index), arm order alternates (forward in even blocks, reversed in odd ones),
-and every arm starts from drained state. Each arm run is one Prefect flow run
+and every arm starts from drained state. An arm's slot order is its placement's
+(`Scenario.placement_of`; the fixed-slot placements rotate with the block,
+`replay.traceset.place_fixed_slots`). Each arm run is one Prefect flow run
 (`maserve-replay-arm`) that drives the dispatcher — never a Prefect task per op; with
 `prefect=False` the same function runs without Prefect.
 
@@ -283,7 +285,7 @@ def run_arm(
     scenario: Scenario, ts: TraceSet, arm: Arm, block: int, deadlines: Mapping[str, float]
 ) -> ArmResult:
     """Replay one arm of one block without Prefect (a real server is drained first)."""
-    process = arrival_process(scenario.arrivals)
+    process = arrival_process(scenario.arrivals, num_targets=len(ts.targets()))
     seed = getattr(process, "seed", 0)
     drain = drain_engine(scenario)
     run = replay_trace(
@@ -295,7 +297,7 @@ def run_arm(
         pool_file=arm_pool_file(scenario, arm),
         plan=arm.plan,
         lock=scenario.lock,
-        slots=ts.slots,
+        slots=ts.slots_for(scenario.placement_of(arm), block),
         name=arm.name,
         notes={"scenario": scenario.name, "block": block},
         engine=scenario.engine,

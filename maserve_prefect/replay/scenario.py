@@ -9,8 +9,10 @@ computed and locked once, before any arm runs). Errors name the file and the fie
     cohorts:                       # one or more trace sets; several get id prefixes "<name>/"
       - {name: target, role: target, bundle: out/fj}             # a bundle folder, or:
       - {name: bg, role: background, native: {workflow: fork_join, users: 4, seed: 1}}
-    placement: interleaved         # target roots spread over the slots, or `clustered`
+    placement: interleaved         # target roots spread over the slots, or `clustered`,
+                                   # `round_robin` / `concatenated` (fixed global slots, below)
     arrivals: {kind: poisson, rate_per_s: 0.5, seed: 0}   # burst | explicit | trace | closed_loop
+                                   # | slots
     lock: token                    # token | length (model-input contract)
     initial_state: drained         # each arm starts on a fresh pool / a drained server
     window: {start_s: 0.0, end_s: null}                   # roots arriving in it are measured
@@ -27,6 +29,16 @@ computed and locked once, before any arm runs). Errors name the file and the fie
          overrides: {main: {max_num_seqs: 8, gpu_memory_utilization: 0.5}}}
 
 Relative paths (bundles, pool files) are resolved against the scenario file's folder.
+
+Fixed global arrival slots (seed paper App. G.1): `placement: round_robin` or `concatenated`
+puts the target roots first, then the background grouped by workflow class in lexicographic
+order — round-robin across the classes (`round_robin`, the paper's interleaved A) or one class
+after another (`concatenated`, the clustered B); within a class, its cohorts alternate (each
+cohort's roots keep their recorded order) and block b rotates the cohort order by b (the paper's
+block rotation of bindings). `arrivals: {kind: slots, target_start_s, target_step_s,
+background_start_s, background_step_s}` times those slots. An arm may set its own `placement`,
+so two arms of one scenario replay the same traces with only the background mapping changed
+(`replay.traceset.place_fixed_slots`).
 
 Every number must be finite (`.inf` / `.nan` are refused: an infinite rate or an arrival at
 infinity would never end the run), a measurement window must end after it starts, a uniform
@@ -114,6 +126,18 @@ class Explicit(_Model):
     times_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(min_length=1)
 
 
+class Slots(_Model):
+    """Fixed global slots: targets from `target_start_s` every `target_step_s`, then the
+    background from `background_start_s` every `background_step_s` (needs a fixed-slot
+    placement, `round_robin` or `concatenated`)."""
+
+    kind: Literal["slots"]
+    target_start_s: float = Field(default=0.0, ge=0)
+    target_step_s: float = Field(default=0.0, ge=0)
+    background_start_s: float = Field(ge=0)
+    background_step_s: float = Field(default=0.0, ge=0)
+
+
 class FromTrace(_Model):
     kind: Literal["trace"]
 
@@ -142,12 +166,25 @@ class ClosedLoop(_Model):
 
 
 ArrivalSpec = Annotated[
-    Poisson | Burst | Explicit | FromTrace | ClosedLoop, Field(discriminator="kind")
+    Poisson | Burst | Explicit | Slots | FromTrace | ClosedLoop, Field(discriminator="kind")
 ]
 
+Placement = Literal["interleaved", "clustered", "round_robin", "concatenated"]
+FIXED_SLOT_PLACEMENTS: tuple[str, ...] = ("round_robin", "concatenated")
+"""Placements that put the targets first, as `kind: slots` arrivals need."""
 
-def arrival_process(spec: ArrivalSpec) -> arr.ArrivalProcess:
-    """The runtime arrival process of a parsed spec."""
+
+def arrival_process(spec: ArrivalSpec, num_targets: int = 0) -> arr.ArrivalProcess:
+    """The runtime arrival process of a parsed spec (`num_targets`: target slots, for
+    `kind: slots`)."""
+    if isinstance(spec, Slots):
+        return arr.SlotArrivals(
+            num_targets,
+            spec.target_start_s,
+            spec.target_step_s,
+            spec.background_start_s,
+            spec.background_step_s,
+        )
     if isinstance(spec, Poisson):
         return arr.PoissonArrivals(spec.rate_per_s, spec.seed)
     if isinstance(spec, Burst):
@@ -231,6 +268,8 @@ class Arm(_Model):
     pool: Path | None = None
     plan: str = "fcfs"
     overrides: dict[str, DeploymentOverride] = Field(default_factory=dict)
+    placement: Placement | None = None
+    """The arm's slot placement (None: the scenario's)."""
 
     @model_validator(mode="after")
     def _barrier_only_for_barrier(self) -> Arm:
@@ -286,7 +325,7 @@ class Scenario(_Model):
 
     name: str = Field(min_length=1)
     cohorts: tuple[Cohort, ...] = Field(min_length=1)
-    placement: Literal["interleaved", "clustered"] = "interleaved"
+    placement: Placement = "interleaved"
     arrivals: ArrivalSpec = Burst()
     lock: Literal["token", "length"] = "token"
     initial_state: Literal["drained"] = "drained"
@@ -321,6 +360,19 @@ class Scenario(_Model):
         return self
 
     @model_validator(mode="after")
+    def _slots_need_fixed_placement(self) -> Scenario:
+        if not isinstance(self.arrivals, Slots):
+            return self
+        for arm in self.arms:
+            placement = self.placement_of(arm)
+            if placement not in FIXED_SLOT_PLACEMENTS:
+                raise ValueError(
+                    f"`arrivals.kind: slots` puts the targets first, which placement "
+                    f"{placement!r} (arm {arm.name!r}) does not; use round_robin or concatenated"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _reference_pool_known(self) -> Scenario:
         ref = self.deadlines.reference
         pools = {a.pool for a in self.arms}
@@ -331,6 +383,10 @@ class Scenario(_Model):
                 "pool the deadline reference replays on"
             )
         return self
+
+    def placement_of(self, arm: Arm) -> str:
+        """The arm's slot placement: its own, else the scenario's."""
+        return arm.placement or self.placement
 
     def reference_pool(self) -> Path | None:
         """The pool file of the deadline reference replay (None: the shipped default pool)."""

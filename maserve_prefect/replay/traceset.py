@@ -7,7 +7,11 @@ merged roots are put in a fixed slot order that the arrival process then times:
 - `interleaved`: the target roots are spread evenly among the background roots (each cohort's
   i-th root sits at fraction (i + ½)/n of the sequence; ties by cohort order), so targets meet
   steady background load;
-- `clustered`: the target roots sit together in the middle of the background roots.
+- `clustered`: the target roots sit together in the middle of the background roots;
+- `round_robin` / `concatenated` (fixed global slots, seed paper App. G.1): the target roots
+  first, then the background grouped by workflow class in lexicographic order, one root of each
+  class in turn (`round_robin`) or class after class (`concatenated`); within a class its
+  cohorts alternate, their order rotated by the block index (`place_fixed_slots`).
 
 Within a cohort, roots keep their recorded arrival order. The merged manifest's `source` is the
 cohorts' common source (`"native"` when every cohort was realized natively), else `"mixed"`:
@@ -21,14 +25,22 @@ Examples:
     'bg/r0'
     >>> place_slots({"tgt": ["a"], "bg": ["b0", "b1", "b2"]}, ["tgt"], "clustered")
     ['b0', 'b1', 'a', 'b2']
+    >>> by = {"t": ["t0"], "loop": ["l0", "l1"], "spawn": ["s0", "s1"]}
+    >>> cls = {"l0": "loop", "l1": "loop", "s0": "spawn", "s1": "spawn"}
+    >>> place_fixed_slots(by, ["t"], cls, "round_robin")
+    ['t0', 'l0', 's0', 'l1', 's1']
+    >>> place_fixed_slots(by, ["t"], cls, "concatenated")
+    ['t0', 'l0', 'l1', 's0', 's1']
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import zip_longest
 
 from maserve_prefect.errors import ConfigError
+from maserve_prefect.metrics.task import root_class
 from maserve_prefect.replay.driver import slot_order
 from maserve_prefect.replay.scenario import Cohort, Scenario
 from maserve_prefect.trace.cas import BlobStore, MemoryStore
@@ -40,17 +52,34 @@ MIXED_SOURCE = "mixed"
 
 @dataclass(slots=True)
 class TraceSet:
-    """The merged trace, its payload store, slot order and each root's cohort and role."""
+    """The merged trace, its payload store, slot order and each root's cohort and role
+    (`by_cohort`: each cohort's roots in recorded order, for placements other than the
+    scenario's, `slots_for`)."""
 
     trace: Trace
     store: BlobStore
     slots: list[str]
     cohort_of: dict[str, str]
     role_of: dict[str, str]
+    by_cohort: dict[str, list[str]] = field(default_factory=dict)
 
     def targets(self) -> list[str]:
         """Root ids of target cohorts, in slot order."""
         return [r for r in self.slots if self.role_of[r] == "target"]
+
+    def slots_for(self, placement: str, block: int = 0) -> list[str]:
+        """Slot order under `placement` in paired block `block` (only the fixed-slot
+        placements depend on the block)."""
+        if not self.by_cohort:
+            return list(self.slots)
+        targets = [c for c, roots in self.by_cohort.items() if self._role(roots) == "target"]
+        if placement in ("round_robin", "concatenated"):
+            classes = {r.root_id: root_class(r) for r in self.trace.roots}
+            return place_fixed_slots(self.by_cohort, targets, classes, placement, rotation=block)
+        return place_slots(self.by_cohort, targets, placement)
+
+    def _role(self, roots: Sequence[str]) -> str:
+        return self.role_of[roots[0]] if roots else "background"
 
 
 def prefixed(trace: Trace, prefix: str) -> Trace:
@@ -126,7 +155,64 @@ def place_slots(
     return [r for *_, r in sorted(keyed)]
 
 
-def _load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
+def place_fixed_slots(
+    roots_by_cohort: Mapping[str, Sequence[str]],
+    targets: Sequence[str],
+    class_of: Mapping[str, str],
+    placement: str,
+    *,
+    rotation: int = 0,
+) -> list[str]:
+    """Targets first, then the background by class (module docstring; a pure function).
+
+    Args:
+        roots_by_cohort: cohort name → its roots in recorded order (cohort order is the
+            scenario's).
+        targets: the target cohorts' names; their roots come first, the cohorts alternating.
+        class_of: root → its workflow class (`metrics.task.root_class`).
+        placement: `round_robin` (one background root of each class in turn, classes in
+            lexicographic order) or `concatenated` (class after class).
+        rotation: rotates each class's cohort order (block b of a paired design uses b), so
+            the cohort (binding) that leads each class changes per block.
+
+    Raises:
+        ConfigError: another placement.
+
+    Examples:
+        >>> by = {"t": ["t0"], "a": ["a0", "a1"], "b": ["b0", "b1"]}
+        >>> place_fixed_slots(by, ["t"], {"a0": "x", "a1": "x", "b0": "x", "b1": "x"},
+        ...                   "concatenated", rotation=1)
+        ['t0', 'b0', 'a0', 'b1', 'a1']
+    """
+    if placement not in ("round_robin", "concatenated"):
+        raise ConfigError(
+            f"placement {placement!r} is not a fixed-slot placement; use round_robin or "
+            "concatenated"
+        )
+    tgt = [roots_by_cohort[c] for c in roots_by_cohort if c in targets]
+    head = [r for group in zip_longest(*tgt) for r in group if r is not None]
+    cohorts_of: dict[str, list[list[str]]] = {}
+    for c, roots in roots_by_cohort.items():
+        if c in targets:
+            continue
+        by_class: dict[str, list[str]] = {}
+        for r in roots:
+            by_class.setdefault(class_of[r], []).append(r)
+        for cls, rs in by_class.items():
+            cohorts_of.setdefault(cls, []).append(rs)
+    queues: list[list[str]] = []
+    for cls in sorted(cohorts_of):
+        groups = cohorts_of[cls]
+        k = rotation % len(groups)
+        groups = groups[k:] + groups[:k]
+        queues.append([r for g in zip_longest(*groups) for r in g if r is not None])
+    if placement == "concatenated":
+        return head + [r for q in queues for r in q]
+    return head + [r for g in zip_longest(*queues) for r in g if r is not None]
+
+
+def load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
+    """The cohort's trace and payload store: its bundle imported, or its native recipe run."""
     if cohort.bundle is not None:
         from maserve_prefect.trace.bundle import import_bundle
 
@@ -168,7 +254,7 @@ def build_trace_set(
     notes: dict[str, str] = {}
     manifests: list[Manifest] = []
     for cohort in scenario.cohorts:
-        trace, src = (loaded or {}).get(cohort.name) or _load_cohort(scenario, cohort)
+        trace, src = (loaded or {}).get(cohort.name) or load_cohort(scenario, cohort)
         if not trace.roots:
             raise ConfigError(f"scenario {scenario.name}: cohort {cohort.name!r} has no roots")
         for digest in src.iter_digests():
@@ -195,5 +281,9 @@ def build_trace_set(
     )
     merged = Trace(manifest=manifest, roots=roots, stages=stages, sessions=sessions, ops=ops)
     targets = [c.name for c in scenario.cohorts if c.role == "target"]
-    slots = place_slots(by_cohort, targets, scenario.placement)
-    return TraceSet(merged, store, slots, cohort_of, role_of)
+    ts = TraceSet(merged, store, [], cohort_of, role_of, by_cohort)
+    if scenario.placement in ("round_robin", "concatenated"):
+        ts.slots = ts.slots_for(scenario.placement, 0)
+    else:
+        ts.slots = place_slots(by_cohort, targets, scenario.placement)
+    return ts

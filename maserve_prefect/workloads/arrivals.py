@@ -117,6 +117,29 @@ class ExplicitArrivals:
 
 
 @dataclass(frozen=True, slots=True)
+class SlotArrivals:
+    """Fixed global slots: targets first, then the background (module docstring).
+
+    Examples:
+        >>> SlotArrivals(2, 0.0, 0.02, 2.0, 2.0).offsets(4)
+        [0.0, 0.02, 2.0, 4.0]
+    """
+
+    num_targets: int
+    target_start_s: float
+    target_step_s: float
+    background_start_s: float
+    background_step_s: float
+
+    def offsets(self, n: int) -> list[float]:
+        """One offset per slot, in slot order (targets occupy the first `num_targets`)."""
+        k = min(self.num_targets, n)
+        tgt = [round(self.target_start_s + i * self.target_step_s, 9) for i in range(k)]
+        bg = [round(self.background_start_s + j * self.background_step_s, 9) for j in range(n - k)]
+        return tgt + bg
+
+
+@dataclass(frozen=True, slots=True)
 class TraceArrivals:
     """The recorded arrivals (`RootRecord.arrival_s`), shifted so the earliest is 0."""
 
@@ -143,7 +166,12 @@ class ClosedLoopArrivals:
 
 
 ArrivalProcess = (
-    PoissonArrivals | BurstArrivals | ExplicitArrivals | TraceArrivals | ClosedLoopArrivals
+    PoissonArrivals
+    | BurstArrivals
+    | ExplicitArrivals
+    | SlotArrivals
+    | TraceArrivals
+    | ClosedLoopArrivals
 )
 """Every arrival kind a scenario can name."""
 
