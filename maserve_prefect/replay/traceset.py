@@ -226,10 +226,10 @@ def load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
     with recording_api():
         run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed)
     failed = [root for root in run.roots if root.error is not None]
-    if failed and not run.trace.roots:
+    if failed:
         raise ConfigError(
             f"scenario {scenario.name}: cohort {cohort.name!r}: the native run of {r.workflow} "
-            f"(seed {r.seed}, {r.users} users) failed every root ({len(failed)}), first: "
+            f"(seed {r.seed}, {r.users} users) failed {len(failed)} of {len(run.roots)} roots, first: "
             f"{failed[0].error}; fix the workflow (or, for a Prefect API error, the server at "
             f"PREFECT_API_URL / `maserve server status`) before replaying it as fixed work"
         )
@@ -242,8 +242,9 @@ def build_trace_set(
     """Load (or take from `loaded`, by cohort name) every cohort and merge them.
 
     Raises:
-        ConfigError: a cohort has no roots (for a native cohort whose every root failed, the
-            message gives the first root's error).
+        ConfigError: a cohort has no roots, or a root of a native cohort's run failed (the
+            message gives the first root's error): fixed work from it would silently lack that
+            root, as `bench.pool.traces.record_traces` already refuses.
     """
     many = len(scenario.cohorts) > 1
     store = MemoryStore()
