@@ -39,5 +39,6 @@ def test_every_suite_uses_the_rung_its_finding_calls_for(scale: str) -> None:
     rungs = ladder_rates()
     assert set(_rates("barrier", scale)) == {rungs[0]}  # low load (every workflow)
     assert sorted(_rates("rate_sweep", scale)) == list(rungs)  # every rung
-    assert _rates("kv_budget", scale) == [rungs[-1]]  # limits bind only at the top
+    # finding_kv_budget follows the paper's protocol (64 concurrent roots, burst arrivals), not
+    # the ladder: tests/bench/test_finding_f2.py checks it.
     assert _rates("request_limit", scale) == [rungs[-1]]
