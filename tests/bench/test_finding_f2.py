@@ -146,6 +146,7 @@ def test_demo_suite_runs_and_reports_the_paper_rows(prefect_api: None) -> None:
     rows = res.detail.findings
     assert [r["figure"] for r in rows[: len(FIGURES)]] == [f.figure for f in FIGURES]
     assert all(r["blocks"] == 3 for r in rows[:5])  # three paired blocks of the sweep
+    assert "3 block(s)" in rows[0]["our_setup"] and "7 roots" in rows[0]["our_setup"]
     details = [r for r in rows[len(FIGURES) :] if r["figure"].startswith("sweep")]
     assert len(details) == 3 * 3
     for i in range(3):

@@ -233,18 +233,24 @@ def loop_blocks(results: Mapping[str, ScenarioResult]) -> list[BlockFigures]:
 
 
 def _our_setup(results: Mapping[str, ScenarioResult], which: str) -> str:
-    for result in results.values():
-        sweep = bool(_sweep_arms(result))
-        if (which == "sweep") == sweep and (which != "loop" or _is_loop_only(result)):
-            s = result.scenario
-            roots = len(result.trace_set.slots)
-            arr = s.arrivals.kind
-            budgets = "/".join(f"{kv:g}" for kv in sorted(_sweep_arms(result))) or "pool"
-            return (
-                f"sim, {s.arms[0].pool.name if s.arms[0].pool else 'default pool'}, {roots} roots, "
-                f"{arr} arrivals, {s.lock}-locked replay at {budgets} GiB, {s.blocks} block(s)"
-            )
-    return "not run"
+    """Our setup in a line: the first matching scenario's pool, roots and arrivals, and the
+    blocks of every matching scenario together (a suite may give one scenario per block)."""
+    matching = [
+        r
+        for r in results.values()
+        if bool(_sweep_arms(r)) == (which == "sweep") and (which != "loop" or _is_loop_only(r))
+    ]
+    if not matching:
+        return "not run"
+    first, s = matching[0], matching[0].scenario
+    pool = s.arms[0].pool.name if s.arms[0].pool else "default pool"
+    roots = "/".join(str(n) for n in sorted({len(r.trace_set.slots) for r in matching}))
+    budgets = "/".join(f"{kv:g}" for kv in sorted(_sweep_arms(first))) or "the pool's"
+    blocks = sum(r.scenario.blocks for r in matching)
+    return (
+        f"sim, {pool}, {roots} roots, {s.arrivals.kind} arrivals, {s.lock}-locked replay at "
+        f"{budgets} GiB, {blocks} block(s)"
+    )
 
 
 def kv_pressure_rows(results: Mapping[str, ScenarioResult]) -> list[Row]:
