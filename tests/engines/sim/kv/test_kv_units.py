@@ -93,7 +93,8 @@ def test_unit_prompts_match_the_per_block_reference(
         probed = fast.probe_prefix(req)
         hits, num_hit = fast.get_computed_blocks(req)
         assert (hits, num_hit) == ref.get_computed_blocks(req)
-        assert probed == num_hit
+        if not req.num_preemptions:  # a router's probe is about requests not sent yet
+            assert probed == num_hit
         total = max(min(req.num_tokens, num_hit + amount), num_hit + 1)
         got = fast.ensure_slots(req, total, hits)
         assert got == ref.ensure_slots(req, total, hits)
