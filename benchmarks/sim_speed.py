@@ -202,7 +202,7 @@ def main() -> None:
     cols = ("run", "replicas", "requests", "events", "sim span s", "p99 TTFT s", "preempt")
     cols += ("wall s", "CPU s", "sim-s / wall-s", "sim-s / CPU-s", "CPU / 1x", "CPU ms / req")
     for col in (*cols, "CPU us / event"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=col == "run")
     cpu_1x = None
     ratio_1x = 0.0
     runs = [(f"{c}x", copies(base, c) if c > 1 else base, n, True) for c in args.copies]
