@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/sim_speed.py [--trace PATH] [--replicas N] [--copies 1 2 4]
-        [--prompt-scale K [K ...]] [--repeat R] [--no-ff-baseline]
+        [--prompt-scale K [K ...]] [--same-replicas] [--repeat R] [--no-ff-baseline]
 
 Replays the trace on H100s serving Qwen3-8B (one replica per GPU) as 1x, 2x and 4x copies
 concatenated in time (copy j shifted by j * span and its prefix-hash ids offset so copies share
@@ -20,18 +20,28 @@ simulated s per CPU s (the 1x run's figure). The table's title
 names the trace file (and the prompt scale), and a "CPU ms / req" column shows the per-request
 cost, which should not grow with prompt length.
 
-`--prompt-scale K` (integers >= 1; the first one scales the copies' trace, each further one adds a
-"1x, prompts xK" row in the same run, so the costs compare under the same machine load) replays a
-synthetic trace with the same arrivals and output
+`--prompt-scale K` (integers >= 1; the first one scales the copies' trace, each further one adds
+rows in the same run, so the costs compare under the same machine load) replays a synthetic
+trace with the same arrivals and output
 lengths but K times longer prompts: every prompt and its prefix blocks grow K-fold (512-token
 hash blocks become 512*K-token ones, the hash ids unchanged), so the requests share what they
 shared before, K times as many tokens of it, with as many sharing units (the reuse fraction and
 the number of distinct prefix blocks stay the same; only the tokens per unit grow).
+
+K-times longer prompts are K times the prefill work: on N replicas the pool would be overloaded
+(queues, preemptions: a different simulation, not a longer-prompt one), so each further K gets
+two rows on K * N replicas (the same prompt tokens per replica): "1x" (the unscaled trace) and
+"prompts xK". Their "CPU ms / req" and "CPU us / event" compare prompt length alone (the replica
+count, which costs per request in dispatch, is the same in both); `--same-replicas` keeps N
+for them instead. The table shows each row's replicas, p99 TTFT and preemptions, so an
+overloaded row is visible as such. The machine's load average (1 min) is printed before and
+after: CPU time is steadier than wall time on a shared machine, but not immune to it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -155,6 +165,11 @@ def main() -> None:
         default=[1],
         help="replay K-times longer prompts (synthetic); more values add rows",
     )
+    ap.add_argument(
+        "--same-replicas",
+        action="store_true",
+        help="prompt-scale rows on N replicas (default: K * N, the same tokens per replica)",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="replays per row; least CPU kept")
     ap.add_argument("--no-ff-baseline", action="store_true", help="skip the fast-forward-off row")
     args = ap.parse_args()
@@ -162,7 +177,8 @@ def main() -> None:
         ap.error(f"--repeat must be >= 1, got {args.repeat}")
     if min(args.prompt_scale) < 1:
         ap.error(f"--prompt-scale must be integers >= 1, got {args.prompt_scale}")
-    console = Console(width=140)
+    console = Console(width=160)
+    load0 = os.getloadavg()[0]
     imported = import_mooncake(args.trace).trace
     k0, *more_scales = args.prompt_scale
     base = scale_prompts(imported, k0)
@@ -183,40 +199,51 @@ def main() -> None:
         n = min(ok) if ok else max(args.sweep)
         console.print(f"picked {n} replicas (p99 TTFT {p99[n]:.3f} s; target {args.ttft_p99} s)")
     table = Table(title=f"Qwen3-8B on {n} x H100, {name} (mean prompt {mean_prompt:.0f} tokens)")
-    cols = ("run", "requests", "events", "sim span s", "wall s", "CPU s")
-    for col in (*cols, "sim-s / wall-s", "sim-s / CPU-s", "CPU / 1x", "CPU ms / req"):
-        table.add_column(col, justify="right")
+    cols = ("run", "replicas", "requests", "events", "sim span s", "p99 TTFT s", "preempt")
+    cols += ("wall s", "CPU s", "sim-s / wall-s", "sim-s / CPU-s", "CPU / 1x", "CPU ms / req")
+    for col in (*cols, "CPU us / event"):
+        table.add_column(col, justify="right", no_wrap=col == "run")
     cpu_1x = None
     ratio_1x = 0.0
-    runs = [(f"{c}x", copies(base, c) if c > 1 else base, True) for c in args.copies]
+    runs = [(f"{c}x", copies(base, c) if c > 1 else base, n, True) for c in args.copies]
     for k in more_scales:
         scaled = scale_prompts(imported, k)
         mean = sum(op.num_input_tokens for op in scaled.ops) / max(len(scaled.ops), 1)
-        runs.append((f"1x, prompts x{k} (mean {mean:.0f})", scaled, True))
+        nk = n if args.same_replicas else k * n
+        if nk != n:
+            runs.append((f"1x on {nk} replicas", base, nk, True))
+        runs.append((f"1x, prompts x{k} (mean {mean:.0f})", scaled, nk, True))
     if not args.no_ff_baseline:
-        runs.append(("1x, fast-forward off", base, False))
-    for label, trace, ff in runs:
+        runs.append(("1x, fast-forward off", base, n, False))
+    for label, trace, replicas, ff in runs:
         res, wall, cpu = min(
-            (run(trace, n, fast_forward=ff) for _ in range(args.repeat)), key=lambda t: t[2]
+            (run(trace, replicas, fast_forward=ff) for _ in range(args.repeat)),
+            key=lambda t: t[2],
         )
         if cpu_1x is None:
             cpu_1x, ratio_1x = cpu, res.span_s / cpu
         table.add_row(
             label,
+            str(replicas),
             str(len(res.requests)),
             str(res.num_events),
             f"{res.span_s:.0f}",
+            f"{res.ttft().p99:.2f}",
+            str(res.num_preemptions),
             f"{wall:.2f}",
             f"{cpu:.2f}",
             f"{res.span_s / wall:.0f}",
             f"{res.span_s / cpu:.0f}",
             f"{cpu / cpu_1x:.2f}",
             f"{1000 * cpu / len(res.requests):.3f}",
+            f"{1e6 * cpu / max(res.num_events, 1):.0f}",
         )
     console.print(table)
     console.print(
         f"goal: >= {GOAL:.0f} simulated s per CPU s on this machine "
-        f"(1x: {ratio_1x:.0f}; CPU time, as other jobs stretch wall time)"
+        f"(1x: {ratio_1x:.0f}; CPU time, as other jobs stretch wall time); "
+        f"load average (1 min) {load0:.1f} before, {os.getloadavg()[0]:.1f} after, "
+        f"on {os.cpu_count()} CPUs"
     )
 
 

@@ -18,6 +18,14 @@ are the hashes' low bits reinterpreted in place; the table holds uint16 block id
 cannot be cached. (Folding the overflow flag into the table entries, or keeping a per-block
 home-slot array, measured slower.)
 
+Deferred table entries (`add_deferred`): a prompt's hashes derived from prefix keys are marked
+cached in the block arrays at once (so eviction and `still_cached` see them), but their table
+entries wait, filed under the prefix keys they derive from, until a lookup asks about one of
+those keys (`flush_keys`) or about hashes of unknown keys (`find` / `find_one` flush all). Most
+prefix units of a trace are never asked about again on the replica that cached them, so the
+table work per request follows the units that are looked up, not every block; an answer is the
+same as with eager entries, since an entry only points and `find` checks the block arrays.
+
 Examples:
     >>> import numpy as np
     >>> idx = HashIndex(num_blocks=4)
@@ -62,6 +70,12 @@ class HashIndex:
         # derived from any other key is cached nowhere, so it need not be looked up.
         # None once hashes of unknown origin were added (then every hash is looked up).
         self.chains: set[int] | None = set()
+        # deferred table entries (module docstring): batches of (blocks, hashes), and per prefix
+        # key the batches holding hashes derived from it; a flushed batch becomes None
+        self._pending: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self._pending_by_key: dict[int, list[int]] = {}
+        self._num_pending_pairs = 0  # a full flush past `_max_pending_pairs` bounds the memory
+        self._max_pending_pairs = 4 * num_blocks + 1024
 
     def reset(self) -> None:
         """Forget every hash."""
@@ -70,9 +84,105 @@ class HashIndex:
         self._flag[:] = False
         self._overflow = {}
         self.chains = set()
+        self._pending = []
+        self._pending_by_key = {}
+        self._num_pending_pairs = 0
+
+    def add_deferred(self, blocks: np.ndarray, hashes: np.ndarray, key: int | None) -> None:
+        """`add`, with the table entries left for `flush_keys([key, ...])` (or a full flush).
+
+        `key` is the first prefix key the hashes derive from: keys are prefix-closed (a key
+        names its whole chain), so a lookup that may find one of these hashes walks through
+        `key` first; None: only a full flush enters them. The arrays are kept, not copied:
+        the caller passes arrays nobody writes to later."""
+        self.hashed[blocks] = True
+        self.hash_val[blocks] = hashes
+        self._num_pending_pairs += len(blocks)
+        if self._num_pending_pairs > self._max_pending_pairs:
+            self._compact()
+        i = len(self._pending)
+        self._pending.append((blocks, hashes))
+        if key is not None:
+            ids = self._pending_by_key.get(key)
+            if ids is None:
+                self._pending_by_key[key] = [i]
+            else:
+                ids.append(i)
+
+    @property
+    def num_pending(self) -> int:
+        """Batches whose table entries wait (0: the table is complete)."""
+        return len(self._pending)
+
+    def flush_keys(self, keys: list[int]) -> None:
+        """Enter the deferred entries of hashes derived from `keys` in the table."""
+        by_key = self._pending_by_key
+        if not by_key:
+            return
+        pending = self._pending
+        for k in keys:
+            ids = by_key.pop(k, None)
+            if ids is not None:
+                for i in ids:
+                    batch = pending[i]
+                    if batch is not None:
+                        pending[i] = None
+                        self._enter_live(*batch)
+
+    def _compact(self) -> None:
+        """Drop the deferred pairs whose block was taken since (at most `num_blocks` pairs
+        stay live, a quarter of `_max_pending_pairs`: memory stays bounded, nothing enters)."""
+        hashed, hash_val = self.hashed, self.hash_val
+        kept: list[tuple[np.ndarray, np.ndarray] | None] = []
+        moved: dict[int, int] = {}
+        for i, batch in enumerate(self._pending):
+            if batch is None:
+                continue
+            blocks, hashes = batch
+            live = hashed.take(blocks)
+            live &= hash_val.take(blocks) == hashes
+            n = int(np.count_nonzero(live))
+            if n:
+                moved[i] = len(kept)
+                kept.append(batch if n == len(blocks) else (blocks[live], hashes[live]))
+        by_key: dict[int, list[int]] = {}
+        for key, ids in self._pending_by_key.items():
+            left = [moved[i] for i in ids if i in moved]
+            if left:
+                by_key[key] = left
+        self._pending, self._pending_by_key = kept, by_key
+        self._num_pending_pairs = sum(len(b[0]) for b in kept if b is not None)
+
+    def flush(self) -> None:
+        """Enter every deferred entry in the table (in the order they were deferred)."""
+        pending = self._pending
+        self._pending = []
+        self._pending_by_key = {}
+        self._num_pending_pairs = 0
+        for batch in pending:
+            if batch is not None:
+                self._enter_live(*batch)
+
+    def _enter_live(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
+        """Table entries for the deferred (block, hash) pairs still cached (a block taken since
+        holds no hash or another one: its pair is dropped)."""
+        live = self.hashed.take(blocks)
+        live &= self.hash_val.take(blocks) == hashes
+        if not np.count_nonzero(live):
+            return
+        if np.count_nonzero(live) < len(live):
+            blocks, hashes = blocks[live], hashes[live]
+        self._enter(blocks, hashes)
 
     def find(self, hashes: np.ndarray) -> np.ndarray:
         """The block caching each hash (uint64 array), -1 where none does (an intp array)."""
+        if self._pending:
+            self.flush()
+        return self.find_entered(hashes)
+
+    def find_entered(self, hashes: np.ndarray) -> np.ndarray:
+        """`find` without flushing: for hashes whose deferred entries were flushed
+        (`flush_keys` of the keys they derive from)."""
         slots = self._slots(hashes)
         blocks = self._table.take(slots).astype(np.intp)
         found = self.hashed.take(blocks)
@@ -107,6 +217,12 @@ class HashIndex:
 
     def find_one(self, h: int) -> int:
         """The block caching hash `h`, or -1 (scalar path: no numpy call overhead)."""
+        if self._pending:
+            self.flush()
+        return self.find_one_entered(h)
+
+    def find_one_entered(self, h: int) -> int:
+        """`find_one` without flushing (see `find_entered`)."""
         slot = h & self._imask
         b = int(self._table[slot])
         if self.hashed[b] and int(self.hash_val[b]) == h:
@@ -131,6 +247,12 @@ class HashIndex:
 
     def add(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
         """Cache `hashes[i]` in `blocks[i]`: the blocks hold no hash, the hashes no block."""
+        self._enter(blocks, hashes)
+        self.hashed[blocks] = True
+        self.hash_val[blocks] = hashes
+
+    def _enter(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
+        """Table entries for cached (block, hash) pairs (the block arrays already say so)."""
         masked = hashes & self._mask
         slots = masked.view(np.intp)
         table = self._table
@@ -141,8 +263,6 @@ class HashIndex:
         if any_taken:
             taken &= (self.hash_val.take(occ) & self._mask) == masked
             any_taken = np.count_nonzero(taken) > 0
-        self.hashed[blocks] = True
-        self.hash_val[blocks] = hashes
         table[slots] = np.where(taken, occ, blocks) if any_taken else blocks
         # a taken slot, or two new hashes sharing a slot: the one the table lacks overflows
         lost = table.take(slots) != blocks
@@ -171,6 +291,18 @@ class HashIndex:
     def evict_one(self, b: int) -> None:
         """`evict` for one block."""
         self.hashed[b] = False
+
+    def entered(self) -> set[int]:
+        """The cached hashes that have a table (or overflow) entry now, deferred ones not yet
+        entered excluded (for tests and checks: builds arrays the size of the table)."""
+        occ = self._table.astype(np.intp)
+        slots = np.arange(len(occ), dtype=np.intp)
+        live = self.hashed[occ] & ((self.hash_val[occ] & self._mask).view(np.intp) == slots)
+        out = set(self.hash_val[occ[live]].tolist())
+        out.update(
+            h for h, b in self._overflow.items() if self.hashed[b] and int(self.hash_val[b]) == h
+        )
+        return out
 
     def block_hash(self) -> dict[int, int]:
         """Block id -> hash for every cached block (a copy)."""

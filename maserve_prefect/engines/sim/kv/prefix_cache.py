@@ -11,7 +11,10 @@ stays uncached (vLLM keeps one). Hashed blocks stay cached while free, until the
 The speed idea: lookups ask the index only about blocks that may be cached: a prompt given as
 prefix-block hashes derives each block hash from its prefix key, and the index keeps the keys any
 cached hash derives from (`_num_maybe_cached`); a chunked prefill's later chunks reuse the
-admission lookup while it is valid (`_lookups`, `any_cached` of a `BlockRange`). `cached` and
+admission lookup while it is valid (`_lookups`, `any_cached` of a `BlockRange`). Newly full
+blocks of such a prompt are marked cached at once but enter the index's hash table only when a
+lookup walks their prefix key (`HashIndex.add_deferred`): the table work per request follows the
+sharing units that are looked up again, not every block. `cached` and
 `block_hash` give the canonical view (built on demand, for tests and checks).
 
 Counters follow vLLM's Prometheus `vllm:prefix_cache_queries_total` (tokens looked up) and
@@ -125,8 +128,10 @@ class PrefixCache(BlockPool):
         hashes = req.block_hash_array(max_blocks)[:max_blocks]
         if max_blocks <= MAX_SCALAR_BLOCKS:
             found_small: list[int] = []
-            for h in hashes.tolist():
-                b = self._idx.find_one(h)
+            # blocks past the first `maybe` are cached nowhere (`_num_maybe_cached`)
+            maybe = self._num_maybe_cached(req, max_blocks)
+            for h in hashes[:maybe].tolist():
+                b = self._idx.find_one_entered(h)
                 if b < 0:
                     break
                 found_small.append(b)
@@ -159,7 +164,7 @@ class PrefixCache(BlockPool):
         n = self._num_maybe_cached(req, max_blocks)
         if n <= 0:
             return 0
-        found = self._idx.find(req.block_hash_array(n)[:n])
+        found = self._idx.find_entered(req.block_hash_array(n)[:n])
         misses = np.flatnonzero(found < 0)
         return (int(misses[0]) if len(misses) else n) * self.block_size
 
@@ -205,10 +210,10 @@ class PrefixCache(BlockPool):
         only about the blocks that may be cached (`_num_maybe_cached`)."""
         n = self._num_maybe_cached(req, end) - start
         if n >= len(hashes):
-            return self._idx.find(hashes)
+            return self._idx.find_entered(hashes)
         found = np.full(len(hashes), -1, dtype=np.intp)
         if n > 0:
-            found[:n] = self._idx.find(hashes[:n])
+            found[:n] = self._idx.find_entered(hashes[:n])
         return found
 
     def _num_maybe_cached(self, req: SimRequest, end: int) -> int:
@@ -222,16 +227,25 @@ class PrefixCache(BlockPool):
         unregistered one bounds the rest. Blocks past the shareable prefix hold hashes unique to
         `req`: cached nowhere unless `req` cached them before a preemption. (Exact up to 64-bit
         hash collisions, which prefix caching assumes away anyway.)
+
+        The index's deferred entries for those blocks are entered (`HashIndex.flush_keys` of
+        the keys walked over; a full flush when nothing is ruled out), so `find_entered`
+        answers for them.
         """
-        chains = self._idx.chains
+        idx = self._idx
+        chains = idx.chains
         if chains is None or req.num_preemptions or not req.has_prefix_chain:
+            if idx.num_pending:
+                idx.flush()
             return end
-        p = 0
+        keys = []
         for c in req.prefix_keys().tolist():
             if c not in chains:
                 break
-            p += 1
-        return min(end, req.num_blocks_within(p), req.num_shareable_blocks)
+            keys.append(c)
+        if keys and idx.num_pending:
+            idx.flush_keys(keys)
+        return min(end, req.num_blocks_within(len(keys)), req.num_shareable_blocks)
 
     def _kept_lookup(self, req: SimRequest, end: int) -> np.ndarray | None:
         """`req`'s kept lookup (block per hash at its admission) if still valid and covering
@@ -289,9 +303,14 @@ class PrefixCache(BlockPool):
                 p0, p1 = req.prefix_positions(start, min(num_full, n_shared))
                 idx.chains.update(req.prefix_keys()[p0:p1].tolist())
         if num_full - start <= MAX_SCALAR_BLOCKS:
-            for b, h in zip(blocks[start:num_full].tolist(), sh.tolist(), strict=True):
+            # blocks from `maybe` on are cached nowhere (see `check_end`, `_num_maybe_cached`,
+            # which also enters the index's deferred entries the lookups below need)
+            maybe = self._num_maybe_cached(req, check_end) if check_end > start else start
+            for j, (b, h) in enumerate(
+                zip(blocks[start:num_full].tolist(), sh.tolist(), strict=True), start
+            ):
                 # a hit block is hashed already; a duplicate stays uncached (vLLM keeps one)
-                if not idx.hashed[b] and idx.find_one(h) < 0:
+                if not idx.hashed[b] and (j >= maybe or idx.find_one_entered(h) < 0):
                     idx.add_one(b, h)
                     if self.on_cache is not None:
                         self.on_cache(np.array([b]), np.array([h], dtype=np.uint64))
@@ -315,7 +334,14 @@ class PrefixCache(BlockPool):
             if np.count_nonzero(skip):
                 keep = ~skip
                 sb, sh = sb[keep], sh[keep]
-            idx.add(sb, sh)
+            else:
+                sb = sb.copy()  # the table's buffer may be rewritten (`compress`)
+            # table entries wait until a lookup asks about their prefix keys (`HashIndex`);
+            # blocks past the shareable prefix only a full flush enters (a re-admission)
+            key = None
+            if req.has_prefix_chain and start < n_shared:
+                key = int(req.prefix_keys()[req.prefix_positions(start, start + 1)[0]])
+            idx.add_deferred(sb, sh, key)
             if self.on_cache is not None and len(sb):
                 self.on_cache(sb, sh)
         if lookup is not None:
