@@ -226,11 +226,12 @@ def load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
     with recording_api():
         run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed)
     failed = [root for root in run.roots if root.error is not None]
-    if failed:
+    if failed or len(run.roots) != r.users:
+        first = failed[0].error if failed else f"{r.users - len(run.roots)} roots never ran"
         raise ConfigError(
             f"scenario {scenario.name}: cohort {cohort.name!r}: the native run of {r.workflow} "
-            f"(seed {r.seed}, {r.users} users) failed {len(failed)} of {len(run.roots)} roots, first: "
-            f"{failed[0].error}; fix the workflow (or, for a Prefect API error, the server at "
+            f"(seed {r.seed}, {r.users} users) failed {len(failed)} of {len(run.roots)} roots "
+            f"({first}); fix the workflow (or, for a Prefect API error, the server at "
             f"PREFECT_API_URL / `maserve server status`) before replaying it as fixed work"
         )
     return run.trace, run.harness.store

@@ -357,6 +357,10 @@ def test_a_native_cohort_with_a_failed_root_is_refused_with_the_root_error(
     )
     monkeypatch.setattr(native, "run_native", lambda *a, **k: failed)
     monkeypatch.setattr(prefect_server, "recording_api", contextlib.nullcontext)
-    sc = parse_scenario(_scenario(cohorts=[{"name": "tgt", "native": {"workflow": "spawn"}}]))
+    native_cohort = {"name": "tgt", "native": {"workflow": "spawn", "users": 2}}
+    sc = parse_scenario(_scenario(cohorts=[native_cohort]))
     with pytest.raises(ConfigError, match=r"failed 1 of 2 roots.*503"):
+        build_trace_set(sc)
+    failed.roots = [SimpleNamespace(error=None)]  # a root thread that never ran, no error
+    with pytest.raises(ConfigError, match="1 roots never ran"):
         build_trace_set(sc)
