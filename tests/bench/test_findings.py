@@ -20,7 +20,8 @@ import yaml
 from bench_factories import make_trace
 
 from maserve_prefect.bench.flow import run_suite
-from maserve_prefect.bench.replay import block_figures, findings
+from maserve_prefect.bench.replay import block_figures, finding_f4, findings
+from maserve_prefect.bench.replay.paper import VERDICTS
 from maserve_prefect.bench.replay.block_figures import DeadlineFigures, deadline_figures
 from maserve_prefect.bench.replay.suite import ReplaySuiteResult
 from maserve_prefect.bench.replay.suite_file import ReplaySuite
@@ -60,9 +61,10 @@ def test_suite_files_load_at_both_scales(name: str) -> None:
     for scale in ("demo", "full"):
         scenarios = suite.load_scenarios(scale)
         assert scenarios
-        # One serving setup for every suite: the shared pool file.
+        # One serving setup per suite: the shared pool file (finding 4: the paper's 910C one).
+        pool = "pool_910c_qwen3_8b.yaml" if name == "request_limit" else "pool_h100_qwen3_8b.yaml"
         for sc in scenarios:
-            assert {a.pool.name for a in sc.arms if a.pool} == {"pool_h100_qwen3_8b.yaml"}
+            assert {a.pool.name for a in sc.arms if a.pool} == {pool}
 
 
 RESEARCH_CHAIN = [
@@ -168,12 +170,29 @@ def test_rate_sweep_suite_rows(prefect_api: None) -> None:
 
 
 def test_request_limit_suite_rows(prefect_api: None) -> None:
-    rows = _run("request_limit")
-    assert [r["max_num_seqs"] for r in rows] == [64, 128]
-    for r in rows:
+    """Finding 4 at demo scale: the paper rows (ordinary, Loop, MIX7 at their highest rate) and a
+    detail row per workload, rate and limit, with the engine honouring each limit."""
+    result = _replay("request_limit")
+    rows = result.findings
+    paper = [r for r in rows if r["finding"] != "F4 detail"]
+    assert [r["figure"] for r in paper] == [
+        f.figure
+        for f in (
+            finding_f4.ORDINARY_TPS,
+            finding_f4.ORDINARY_TIMELY,
+            finding_f4.LOOP_TPS,
+            finding_f4.LOOP_TIMELY,
+            finding_f4.MIXED_TIMELY,
+        )
+    ]
+    assert all(r["blocks"] == 1 and r["verdict"] in VERDICTS for r in paper)
+    details = [r for r in rows if r["finding"] == "F4 detail" and r["max_num_seqs"] in (64, 128)]
+    assert len(details) == 3 * 3 * 2
+    for r in details:
         assert r["output_tps"] > 0 and 0.0 <= r["attainment"] <= 1.0
         assert 0 < r["peak_running_seqs"] <= r["max_num_seqs"]  # the engine honours the limit
-    assert rows[1]["tps_vs_smaller"] in {"up", "down", "flat"}
+    # The mixed cohort has the seven classes, each with its own locked deadline.
+    assert len(result.results["f4-mix7-r0.2"].deadlines_s) == 7
 
 
 def test_rows_give_the_median_and_range_across_blocks(tmp_path: Path) -> None:
