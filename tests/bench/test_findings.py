@@ -21,8 +21,8 @@ from bench_factories import make_trace
 
 from maserve_prefect.bench.flow import run_suite
 from maserve_prefect.bench.replay import block_figures, finding_f4, findings
-from maserve_prefect.bench.replay.paper import VERDICTS
 from maserve_prefect.bench.replay.block_figures import DeadlineFigures, deadline_figures
+from maserve_prefect.bench.replay.paper import VERDICTS
 from maserve_prefect.bench.replay.suite import ReplaySuiteResult
 from maserve_prefect.bench.replay.suite_file import ReplaySuite
 from maserve_prefect.bench.suite import load_suite

@@ -30,7 +30,7 @@ median), root P95, peak running requests and preemptions; and per workload and r
 ratios.
 
 Examples:
-    >>> sign_verdict(1.0, 0.5), sign_verdict(-1.0, -3.0), sign_verdict(1.0, None)
+    >>> sign_verdict(1.0, 0.5), sign_verdict(-1.0, 3.0), sign_verdict(1.0, None)
     ('direction', 'not reproduced', 'no value')
 """
 
@@ -229,6 +229,7 @@ class Cell:
     low: list[BlockFigures]
     high: list[BlockFigures]
     pool: str = "910c_qwen3_8b"
+    lock: str = "length"
 
     def tps_change_pct(self) -> list[float | None]:
         return [change_pct(a.output_tps, b.output_tps) for a, b in self._pairs()]
@@ -247,7 +248,7 @@ class Cell:
         window = f"T={self.window_s:g} s" if self.window_s is not None else "no declared T"
         return (
             f"simulated {self.pool}, {self.workload} {self.rate_per_s:g} roots/s, "
-            f"{self.num_roots} roots, {window}, length-locked, {len(self.low)} blocks"
+            f"{self.num_roots} roots, {window}, {self.lock}-locked, {len(self.low)} blocks"
         )
 
 
@@ -272,6 +273,7 @@ def cell_of(name: str, result: ScenarioResult) -> Cell:
         low=[block_figures(result, r) for r in low],
         high=[block_figures(result, r) for r in high],
         pool=_pool_name(result),
+        lock=result.scenario.lock,
     )
 
 
