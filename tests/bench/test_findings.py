@@ -20,8 +20,9 @@ import yaml
 from bench_factories import make_trace
 
 from maserve_prefect.bench.flow import run_suite
-from maserve_prefect.bench.replay import block_figures, findings
+from maserve_prefect.bench.replay import block_figures, finding_f4, findings
 from maserve_prefect.bench.replay.block_figures import DeadlineFigures, deadline_figures
+from maserve_prefect.bench.replay.paper import VERDICTS
 from maserve_prefect.bench.replay.suite import ReplaySuiteResult
 from maserve_prefect.bench.replay.suite_file import ReplaySuite
 from maserve_prefect.bench.suite import load_suite
@@ -47,9 +48,10 @@ NAMES = ("barrier", "kv_budget", "rate_sweep", "request_limit")
 PAPER_POOLS = {
     "barrier": {"pool_910c_qwen3_8b.yaml", "pool_rtxpro5000_qwen3_8b.yaml"},
     "kv_budget": {"pool_910c_qwen3_8b.yaml"},
+    "request_limit": {"pool_910c_qwen3_8b.yaml"},
 }
 """Suites that follow the paper's protocol → the paper's pool files their scenarios use (their
-own tests: tests/bench/test_finding_f1.py, test_finding_f2.py)."""
+own tests: tests/bench/test_finding_f1.py, test_finding_f2.py, test_finding_f4.py)."""
 
 
 def _range(text: str) -> tuple[float, float]:
@@ -109,12 +111,29 @@ def test_rate_sweep_suite_rows(prefect_api: None) -> None:
 
 
 def test_request_limit_suite_rows(prefect_api: None) -> None:
-    rows = _run("request_limit")
-    assert [r["max_num_seqs"] for r in rows] == [64, 128]
-    for r in rows:
+    """Finding 4 at demo scale: the paper rows (ordinary, Loop, MIX7 at their highest rate) and a
+    detail row per workload, rate and limit, with the engine honouring each limit."""
+    result = _replay("request_limit")
+    rows = result.findings
+    paper = [r for r in rows if r["finding"] != "F4 detail"]
+    assert [r["figure"] for r in paper] == [
+        f.figure
+        for f in (
+            finding_f4.ORDINARY_TPS,
+            finding_f4.ORDINARY_TIMELY,
+            finding_f4.LOOP_TPS,
+            finding_f4.LOOP_TIMELY,
+            finding_f4.MIXED_TIMELY,
+        )
+    ]
+    assert all(r["blocks"] == 1 and r["verdict"] in VERDICTS for r in paper)
+    details = [r for r in rows if r["finding"] == "F4 detail" and r["max_num_seqs"] in (64, 128)]
+    assert len(details) == 3 * 3 * 2
+    for r in details:
         assert r["output_tps"] > 0 and 0.0 <= r["attainment"] <= 1.0
         assert 0 < r["peak_running_seqs"] <= r["max_num_seqs"]  # the engine honours the limit
-    assert rows[1]["tps_vs_smaller"] in {"up", "down", "flat"}
+    # The mixed cohort has the seven classes, each with its own locked deadline.
+    assert len(result.results["f4-mix7-r0.2"].deadlines_s) == 7
 
 
 def test_rows_give_the_median_and_range_across_blocks(tmp_path: Path) -> None:
