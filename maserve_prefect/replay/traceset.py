@@ -132,11 +132,13 @@ def _load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
 
         b = import_bundle(scenario.path(cohort.bundle))
         return b.trace, b.store
+    from maserve_prefect.engines.poolfile import load_pool_file
     from maserve_prefect.taskrunner.native import run_native
 
     assert cohort.native is not None
     r = cohort.native
-    run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed)
+    pool = load_pool_file(scenario.path(r.pool)) if r.pool is not None else None
+    run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed, pool=pool)
     return run.trace, run.harness.store
 
 
