@@ -243,10 +243,10 @@ def test_rate_suite_follows_the_paper_protocol(scale: str) -> None:
     assert len(deadlines) == 1  # one shared deadline, frozen in every rate scenario
     ((_, deadline_s),) = deadlines.pop()
     # The paper's rates on one time scale: its reference P95 over ours (deadline / 1.5).
-    scale = finding_f3.time_scale(deadline_s / finding_f3.DEADLINE_FACTOR)
+    factor = finding_f3.time_scale(deadline_s / finding_f3.DEADLINE_FACTOR)
     ours = sorted(s.arrivals.rate_per_s for s in rates)  # type: ignore[union-attr]
     for mine, paper in zip(ours, PAPER_RATES, strict=True):
-        assert mine == pytest.approx(paper * scale, rel=2e-3)
+        assert mine == pytest.approx(paper * factor, rel=2e-3)
     for s in rates:
         assert s.arrivals.seed == 246600  # type: ignore[union-attr]  # blocks: 246600 + b
         (cohort,) = s.cohorts
@@ -266,7 +266,7 @@ def test_rate_suite_follows_the_paper_protocol(scale: str) -> None:
             # N = round(λT) roots per block (T on our time scale), so that T = N / λ is the
             # paper's T on that scale (within 1.1 %).
             t_s = sweep_window_s(ours)
-            assert t_s == pytest.approx(PAPER_T_S / scale, rel=2e-3)
+            assert t_s == pytest.approx(PAPER_T_S / factor, rel=2e-3)
             assert cohort.native.users == round(s.arrivals.rate_per_s * t_s)  # type: ignore[union-attr]
     assert sweep_window_s(PAPER_RATES) == pytest.approx(PAPER_T_S)
     assert finding_f3.PAPER_RATES == PAPER_RATES

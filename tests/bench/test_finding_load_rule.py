@@ -38,6 +38,7 @@ def test_ladder_is_geometric_and_spans_under_to_overload() -> None:
 def test_every_suite_uses_the_rung_its_finding_calls_for(scale: str) -> None:
     rungs = ladder_rates()
     assert set(_rates("barrier", scale)) == {rungs[0]}  # low load (every workflow)
-    assert sorted(_rates("rate_sweep", scale)) == list(rungs)  # every rung
+    # The rate sweep (finding 3) follows the paper's protocol, not the ladder: its rates are the
+    # paper's four on our time scale (tests/bench/test_finding_f3.py).
     assert _rates("kv_budget", scale) == [rungs[-1]]  # limits bind only at the top
     assert _rates("request_limit", scale) == [rungs[-1]]

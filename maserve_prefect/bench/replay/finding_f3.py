@@ -425,7 +425,7 @@ def conformance_rows(results: Mapping[str, ScenarioResult]) -> list[Row]:
         paper_row(
             CONF_IN_BAND,
             setup,
-            [100.0 * np.mean([lo <= x <= hi for x in e]) if e else None for e in errs_of],
+            [100.0 * float(np.mean([lo <= x <= hi for x in e])) if e else None for e in errs_of],
         ),
         paper_row(
             CONF_WORK,
