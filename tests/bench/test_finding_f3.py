@@ -147,6 +147,11 @@ def test_rate_rows_on_hand_made_roots(sweep: dict[str, Any]) -> None:
         bar = _row(rows, f"Barrier attainment at the 2nd rate, {kv} GiB (%)")
         assert (dag["measured"], dag["verdict"], dag["blocks"]) == (100.0, "reproduced", 2)
         assert (bar["measured"], bar["verdict"]) == (0.0, "differs")  # paper: 4 %
+    # Re-scored deadlines: the locked 20 s × m / 1.5 (16.7, 23.3, 26.7 s): DAG
+    # (12 s) meets all, Barrier (42 s) none.
+    for (rule, kv, m), _ in finding_f3.SENSITIVITY_R2.items():
+        row = _row(rows, finding_f3.sensitivity_figure(rule, kv, m).figure)
+        assert row["measured"] == (100.0 if rule == "dag" else 0.0)
     # Tool ops never preempt; every latency is independent of the KV budget (ratio 1: no change).
     assert _row(rows, "preemptions at the first three rates, all arms")["measured"] == 0.0
     p95 = _row(rows, "DAG root P95, 40/16 GiB, highest rate (×)")
