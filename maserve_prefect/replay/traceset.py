@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, EngineError
 from maserve_prefect.replay.driver import slot_order
 from maserve_prefect.replay.scenario import Cohort, Scenario
 from maserve_prefect.trace.cas import BlobStore, MemoryStore
@@ -139,7 +139,42 @@ def _load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
     r = cohort.native
     pool = load_pool_file(scenario.path(r.pool)) if r.pool is not None else None
     run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed, pool=pool)
+    check_native_roots(scenario, cohort, len(run.trace.roots), [x.error for x in run.roots])
     return run.trace, run.harness.store
+
+
+def check_native_roots(
+    scenario: Scenario, cohort: Cohort, num_recorded: int, errors: Sequence[str | None]
+) -> None:
+    """Refuse a native cohort that recorded fewer roots than its recipe asked for.
+
+    A root whose flow run could not start (e.g. the Prefect API timed out under load) leaves no
+    record, so the trace set would silently hold fewer roots than the protocol offers.
+
+    Raises:
+        EngineError: naming the scenario, the cohort, how many roots are missing and the first
+            root error.
+
+    Examples:
+        >>> from maserve_prefect.replay.scenario import parse_scenario
+        >>> s = parse_scenario({"name": "x", "cohorts": [{"name": "c", "native": {
+        ...     "workflow": "fork_join", "users": 3}}], "arms": [{"name": "dag"}]})
+        >>> check_native_roots(s, s.cohorts[0], 3, [None] * 3)
+        >>> check_native_roots(s, s.cohorts[0], 2, [None, "TimeoutError: api", None])
+        Traceback (most recent call last):
+        ...
+        maserve_prefect.errors.EngineError: scenario (inline): cohort 'c' recorded 2 of 3 native roots (first root error: TimeoutError: api); the Prefect API may be overloaded: rerun, or point PREFECT_API_URL at a dedicated server
+    """
+    assert cohort.native is not None
+    want = cohort.native.users
+    if num_recorded >= want:
+        return
+    first = next((e for e in errors if e), "none reported")
+    raise EngineError(
+        f"scenario {scenario.source}: cohort {cohort.name!r} recorded {num_recorded} of {want} "
+        f"native roots (first root error: {first}); the Prefect API may be overloaded: rerun, "
+        "or point PREFECT_API_URL at a dedicated server"
+    )
 
 
 def build_trace_set(

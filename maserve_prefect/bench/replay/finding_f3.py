@@ -17,7 +17,7 @@ Per block (figures from `bench.replay.block_figures`, the paper's metric contrac
 - attainment (%) = timely roots / roots arriving in the declared window, drain completions
   counted; goodput = timely roots / `T`;
 - root P95 (linear interpolation at `.95 (n − 1)`), output TPS over `max(T, T_cohort)`,
-  scheduler preemptions;
+  scheduler preemptions, peak allocated KV (GiB: whether a budget could bind);
 - 40 / 16 GiB ratios of root P95 and output TPS *within* a block, then the median over blocks
   (the paper's paired ratios, C.2);
 - λ* per (rule, KV) over the four rates (`block_figures.sweep_lambda_star`: the minimum
@@ -45,9 +45,11 @@ from maserve_prefect.bench.replay import block_figures as bf
 from maserve_prefect.bench.replay.block_figures import Row
 from maserve_prefect.bench.replay.findings import kv_gib_of
 from maserve_prefect.bench.replay.paper import PaperFigure, paper_row
+from maserve_prefect.metrics.engine import kv_capacity_bytes, kv_occupancy
 from maserve_prefect.metrics.slo import ALPHA
 from maserve_prefect.replay.arms import ArmResult, ScenarioResult
 from maserve_prefect.replay.conformance import ConformanceReport, audit
+from maserve_prefect.replay.driver import ReplayRun
 from maserve_prefect.replay.scenario import Poisson
 from maserve_prefect.trace.release import ReleaseRule
 
@@ -237,6 +239,19 @@ def _p95(result: ScenarioResult, run: ArmResult) -> float | None:
     return bf.percentile(bf.latencies(bf.measured_outcomes(result, run.run)), 95)
 
 
+def peak_kv_gib(run: ReplayRun) -> float | None:
+    """The most KV any replica of `run` held at once, GiB (None without a simulated pool):
+    shows whether a KV budget could bind at all."""
+    if run.pool is None:
+        return None
+    peaks = []
+    for replica in run.pool.pool_replicas():
+        _, used = kv_occupancy(replica.engine.timeline, kv_capacity_bytes(replica))
+        if used.size:
+            peaks.append(float(used.max()))
+    return max(peaks) / 2**30 if peaks else None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b is not None and b > 0 else None
 
@@ -310,8 +325,8 @@ def paper_rows_f3(results: Mapping[str, ScenarioResult]) -> list[Row]:
 
 def grid_rows(results: Mapping[str, ScenarioResult]) -> list[Row]:
     """Table C.3 / C.4 as we measured it: one row per (rate, rule, KV) with attainment, goodput,
-    root P95, output TPS and preemptions (median and range across blocks), and that (rule, KV)'s
-    λ* over the sweep (α = 0.95, minimum across blocks, the guards; `_range`: each block's own)."""
+    root P95, output TPS, preemptions and peak KV (median and range across blocks), and that
+    (rule, KV)'s λ* over the sweep (α = 0.95, minimum across blocks, the guards; `_range`: each block's own)."""
     sweep = _sweep(results)
     figures: dict[tuple[str, float], dict[float, list[bf.DeadlineFigures | None]]] = {}
     for rate, _, res in sweep:
@@ -330,6 +345,7 @@ def grid_rows(results: Mapping[str, ScenarioResult]) -> list[Row]:
             bf.put(row, "root_p95_s", [_p95(res, r) for r in runs])
             bf.put(row, "output_tps", [bf.output_tps(res, r.run) for r in runs])
             bf.put(row, "preemptions", [float(bf.num_preemptions(r.run)) for r in runs])
+            bf.put(row, "peak_kv_gib", [peak_kv_gib(r.run) for r in runs])
             star, per_block = stars[rule, kv]
             row["lambda_star_per_s"] = star
             row["lambda_star_per_s_range"] = bf.range_text(per_block)
