@@ -23,7 +23,9 @@ from maserve_prefect.bench.replay import finding_f3
 from maserve_prefect.bench.replay.suite import ReplaySuiteResult
 from maserve_prefect.bench.replay.suite_file import ReplaySuite
 from maserve_prefect.bench.suite import load_suite
+from maserve_prefect.errors import EngineError
 from maserve_prefect.metrics.slo import sweep_window_s
+from maserve_prefect.replay import traceset
 from maserve_prefect.replay.arms import run_scenario
 from maserve_prefect.replay.scenario import Poisson, load_scenario
 from maserve_prefect.trace.bundle import export_bundle
@@ -316,7 +318,18 @@ def test_conformance_suite_demo(prefect_api: None) -> None:
     assert work["measured"] == 100.0
 
 
-@pytest.mark.parametrize("module", [finding_f3])
+def test_a_native_cohort_short_of_roots_is_refused() -> None:
+    """A root whose flow run never started leaves no record: the trace set would silently hold
+    fewer roots than the protocol offers, so the scenario is refused, naming the cohort."""
+    suite = _suite("finding_rate_sweep")
+    (sc,) = [s for s in suite.load_scenarios("full") if s.name == "f3-rate-04335"]
+    (cohort,) = sc.cohorts
+    traceset.check_native_roots(sc, cohort, 51, [None] * 51)
+    with pytest.raises(EngineError, match=r"cohort 'wdfr' recorded 45 of 51 native roots"):
+        traceset.check_native_roots(sc, cohort, 45, [None] * 45 + ["TimeoutError: x"] * 6)
+
+
+@pytest.mark.parametrize("module", [finding_f3, traceset])
 def test_doctests(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert result.attempted > 0 and result.failed == 0
