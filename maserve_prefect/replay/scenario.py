@@ -9,6 +9,7 @@ computed and locked once, before any arm runs). Errors name the file and the fie
     cohorts:                       # one or more trace sets; several get id prefixes "<name>/"
       - {name: target, role: target, bundle: out/fj}             # a bundle folder, or:
       - {name: bg, role: background, native: {workflow: fork_join, users: 4, seed: 1}}
+      # native: {..., pool: my_pool.yaml} realizes on that pool (default: the shipped one)
     placement: interleaved         # target roots spread over the slots, or `clustered`,
                                    # `round_robin` / `concatenated` (fixed global slots, below)
     arrivals: {kind: poisson, rate_per_s: 0.5, seed: 0}   # burst | explicit | trace | closed_loop
@@ -87,12 +88,15 @@ class _Model(BaseModel):
 
 
 class NativeRecipe(_Model):
-    """Realize the trace set natively on the simulator first (`flows.native.run_native`)."""
+    """Realize the trace set natively on the simulator first (`flows.native.run_native`), on
+    `pool` (a pool file, relative to the scenario file; default: the shipped default pool) — the
+    replay-vs-native comparison realizes on the pool its replay arms use."""
 
     workflow: str
     binding: str | None = None
     users: int = Field(default=1, ge=1)
     seed: int = 0
+    pool: Path | None = None
 
 
 class Cohort(_Model):

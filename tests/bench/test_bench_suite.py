@@ -162,6 +162,7 @@ def test_unreadable_suite_file(tmp_path: Path) -> None:
 def test_every_shipped_suite_loads_as_its_kind_and_says_its_kind() -> None:
     kinds = {p.name: type(load_suite(p)) for p in find_suites(SHIPPED)}
     assert kinds == {
+        "conformance_replay_native.yaml": ReplaySuite,
         "finding_background.yaml": ReplaySuite,
         "finding_barrier.yaml": ReplaySuite,
         "finding_cohorts.yaml": ReplaySuite,
