@@ -347,7 +347,8 @@ def test_a_native_cohort_with_a_failed_root_is_refused_with_the_root_error(
     from types import SimpleNamespace
 
     from maserve_prefect import prefect_server
-    from maserve_prefect.replay.traceset import build_trace_set
+    from maserve_prefect.errors import EngineError
+    from maserve_prefect.replay.traceset import NATIVE_ATTEMPTS, build_trace_set
     from maserve_prefect.taskrunner import native
 
     failed = SimpleNamespace(
@@ -355,12 +356,19 @@ def test_a_native_cohort_with_a_failed_root_is_refused_with_the_root_error(
         trace=make_trace(1),
         harness=SimpleNamespace(store=MemoryStore()),
     )
-    monkeypatch.setattr(native, "run_native", lambda *a, **k: failed)
+    calls: list[int] = []
+
+    def fake_run_native(*a: object, **k: object) -> SimpleNamespace:
+        calls.append(1)
+        return failed
+
+    monkeypatch.setattr(native, "run_native", fake_run_native)
     monkeypatch.setattr(prefect_server, "recording_api", contextlib.nullcontext)
     native_cohort = {"name": "tgt", "native": {"workflow": "spawn", "users": 2}}
     sc = parse_scenario(_scenario(cohorts=[native_cohort]))
-    with pytest.raises(ConfigError, match=r"failed 1 of 2 roots.*503"):
+    with pytest.raises(EngineError, match=r"recorded 1 of 2 native roots, 1 failed .*503"):
         build_trace_set(sc)
-    failed.roots = [SimpleNamespace(error=None)]  # a root thread that never ran, no error
-    with pytest.raises(ConfigError, match="1 roots never ran"):
+    assert len(calls) == NATIVE_ATTEMPTS  # retried before refusing
+    failed.roots = [SimpleNamespace(error=None)]  # a root that never recorded, no error
+    with pytest.raises(EngineError, match="recorded 1 of 2 native roots, 0 failed"):
         build_trace_set(sc)
