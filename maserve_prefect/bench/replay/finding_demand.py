@@ -210,16 +210,23 @@ def _cohort_rows(finding: str, figs: Mapping[str, Mapping[int, CohortFigures]]) 
     return rows
 
 
+def _setup_line(text: str, pairs: Sequence[tuple[CohortFigures, CohortFigures]]) -> str:
+    """Our setup line: `text` (with `{roots}`: the roots of one cohort), burst, the blocks."""
+    roots = pairs[0][0].roots if pairs else 0
+    return f"{text.format(roots=roots)}, burst, {len(pairs)} blocks (native seed = block)"
+
+
 def context_rows(results: dict[str, ScenarioResult]) -> list[Row]:
     """§6.2 native context delivery: Selected vs Full per paired block (scenarios
     `context-full-b<k>` and `context-selected-b<k>`), beside the paper's −29 / −25 / −5 %."""
-    figs = by_condition(results, "context")
+    return context_figure_rows(by_condition(results, "context"))
+
+
+def context_figure_rows(figs: Mapping[str, Mapping[int, CohortFigures]]) -> list[Row]:
+    """`context_rows` from condition → block → figures (`by_condition`)."""
     pairs = _paired(figs, "full", "selected", "context")
-    n_roots = pairs[0][0].roots if pairs else 0
-    ours = (
-        f"sim Qwen3-8B/910C pool, native four_call_full vs four_call_selected (research "
-        f"binding), {n_roots} roots per block, burst, {len(pairs)} blocks (native seed = block)"
-    )
+    text = "sim Qwen3-8B/910C pool, native four_call_full vs four_call_selected (research binding)"
+    ours = _setup_line(text + ", {roots} roots per cell", pairs)
     rows = [
         paper_row(fig, ours, [change_pct(getattr(f, attr), getattr(s, attr)) for f, s in pairs])
         for fig, attr in (
@@ -234,13 +241,14 @@ def context_rows(results: dict[str, ScenarioResult]) -> list[Row]:
 def demand_rows(results: dict[str, ScenarioResult]) -> list[Row]:
     """§6.2 natural workload demand: Spawn and Loop against ordinary serving per block
     (scenarios `demand-ordinary-b<k>`, `demand-spawn-b<k>`, `demand-loop-b<k>`)."""
-    figs = by_condition(results, "demand")
+    return demand_figure_rows(by_condition(results, "demand"))
+
+
+def demand_figure_rows(figs: Mapping[str, Mapping[int, CohortFigures]]) -> list[Row]:
+    """`demand_rows` from condition → block → figures (`by_condition`)."""
     spawn = _paired(figs, "ordinary", "spawn", "demand")
-    n_roots = spawn[0][0].roots if spawn else 0
-    ours = (
-        f"sim Qwen3-8B/910C pool (limit 128, no prefix caching), {n_roots} users per structure, "
-        f"burst, bindings code/finance/math/science_qa, {len(spawn)} blocks (native seed = block)"
-    )
+    bindings = "bindings code / finance / math / science_qa"
+    ours = _setup_line(f"sim Qwen3-8B/910C pool, limit 128, {{roots}} users ({bindings})", spawn)
 
     def ratios(pairs: Sequence[tuple[CohortFigures, CohortFigures]], attr: str) -> list[float]:
         return [getattr(b, attr) / getattr(a, attr) for a, b in pairs]
