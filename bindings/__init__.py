@@ -46,8 +46,9 @@ _BINDINGS: dict[str, type[ShippedBinding]] = {
     )
 }
 
-DEFAULT_PROFILE = ContentProfile(lengths={"default": LengthDist(250, 0.5, 20, 1000)})
-"""Content profile for bindings that do not define one (user bindings)."""
+DEFAULT_PROFILE = ContentProfile(lengths={"default": LengthDist(250, 0.5, 20, 1000)}).responsive()
+"""Content profile for bindings that do not define one (user bindings); it responds to what a
+call was given like every shipped binding (`ContentProfile.responsive`)."""
 
 
 def list_bindings() -> list[str]:

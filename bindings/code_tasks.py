@@ -20,7 +20,15 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.25, 0.5, 0.7
 - spawn weights (1..n children): 0.2, 0.4, 0.3, 0.1
 - vote agreement: 0.6
-- context: none (lengths and decisions do not depend on what a call was given)
+- context: reference 500 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+
+Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
+`default` outputs): a coder or repairer given longer code and test output writes a longer
+revision, and the refinement loop's critic given the whole failing code accepts more often than
+one given an excerpt. A call given nothing writes x0.81 of the median, one given 1,500 delivered
+tokens x1.23; every draw is seeded by the call's prompt digest, so Full vs Selected delivery
+changes downstream work natively. Modeled, not measured: a real engine (`--content engine`) is
+the reference.
 """
 
 from __future__ import annotations
@@ -102,7 +110,7 @@ class CodeBinding(ShippedBinding):
         converge_by_round=(0.25, 0.5, 0.7),
         spawn_weights=(0.2, 0.4, 0.3, 0.1),
         vote_agreement=0.6,
-    )
+    ).responsive()
 
     def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -24,10 +24,18 @@ call given other context draws anew), the length median scales by
 shift on the log-odds scale by `slope * ln((ref + delivered) / (2 ref))`. So Full vs Selected
 delivery changes downstream output lengths and control decisions natively: a shorter delivered
 context gives a shorter draft, which the critic (given that draft) accepts less often, which
-adds a revision round. Without a `ContextResponse`, or without `given`, the draws are the
-context-free ones above (a pure function of binding, seed, root and op). A model on a real
-engine (`--content engine`) generates from what it was given and stays the reference; these
-responses are modeled.
+adds a revision round. The spawn count and the votes are seeded by the digest too (a planner
+or voter given other context decides anew; their probabilities do not shift). Without a
+`ContextResponse`, or without `given`, the draws are the context-free ones above (a pure
+function of binding, seed, root and op). A model on a real engine (`--content engine`)
+generates from what it was given and stays the reference; these responses are modeled.
+
+Every shipped binding responds the same way (`ContentProfile.responsive`, one shared response,
+`ContextResponse.standard`): length elasticity 0.3, accept slope 1, converge slope 0.5, and a
+reference of two upstream outputs at the binding's `default` median unless the binding states
+its own; each binding's docstring quotes its line. What is modeled is therefore the *direction
+and size* of the response (a call given twice the reference writes x1.23, one given nothing
+x0.81; acceptance odds x2 per doubling), not any measured text.
 
 Examples:
     >>> profile = ContentProfile(lengths={"default": LengthDist(200, 0.4, 20, 800)})
@@ -43,7 +51,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -102,6 +110,18 @@ class Given:
     digest: str
 
 
+STANDARD_ELASTICITY = 0.3
+"""Length elasticity of the shared context response (`ContextResponse.standard`): twice the
+delivered context (around the reference) gives a median about 1.23x longer."""
+STANDARD_ACCEPT_SLOPE = 1.0
+"""Log-odds shift of acceptance per unit log scale of delivered context (shared response)."""
+STANDARD_CONVERGE_SLOPE = 0.5
+"""Log-odds shift of debate convergence per unit log scale of delivered context (shared)."""
+REFERENCE_OUTPUTS = 2.0
+"""The shared response's default reference: this many upstream outputs at the binding's
+`default` median (a synthesizer gets two analyses; a critic gets a draft and the task)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ContextResponse:
     """How a binding's draws respond to what a call was given (module docstring).
@@ -129,6 +149,31 @@ class ContextResponse:
         """`ln((ref + delivered) / (2 ref))`: 0 at the reference size."""
         ref = self.reference_tokens
         return float(np.log((ref + max(given.delivered_tokens, 0)) / (2 * ref)))
+
+    @classmethod
+    def standard(
+        cls, lengths: Mapping[str, LengthDist], reference_tokens: float | None = None
+    ) -> ContextResponse:
+        """The shared response every shipped binding uses (module docstring): length elasticity
+        `STANDARD_ELASTICITY`, accept slope `STANDARD_ACCEPT_SLOPE`, converge slope
+        `STANDARD_CONVERGE_SLOPE`; the reference is `reference_tokens`, else two upstream
+        outputs at the `default` role class's median (what a synthesizer or critic is
+        typically given).
+
+        Examples:
+            >>> r = ContextResponse.standard({"default": LengthDist(250, 0.5, 20, 1000)})
+            >>> r.reference_tokens, r.length_elasticity, r.accept_slope, r.converge_slope
+            (500.0, 0.3, 1.0, 0.5)
+        """
+        ref = reference_tokens
+        if ref is None:
+            ref = REFERENCE_OUTPUTS * float(lengths["default"].median_tokens)
+        return cls(
+            reference_tokens=ref,
+            length_elasticity=STANDARD_ELASTICITY,
+            accept_slope=STANDARD_ACCEPT_SLOPE,
+            converge_slope=STANDARD_CONVERGE_SLOPE,
+        )
 
     def describe(self) -> str:
         """The documented line of this response."""
@@ -172,6 +217,10 @@ class ContentProfile:
         _check_probs("vote_agreement", (self.vote_agreement,))
         if not self.spawn_weights or min(self.spawn_weights) < 0 or sum(self.spawn_weights) <= 0:
             raise ConfigError("content profile spawn_weights must be non-negative, not all zero")
+
+    def responsive(self, reference_tokens: float | None = None) -> ContentProfile:
+        """This profile with the shared context response (`ContextResponse.standard`)."""
+        return replace(self, context=ContextResponse.standard(self.lengths, reference_tokens))
 
     def describe(self) -> list[str]:
         """One line per documented distribution (the binding docstrings quote these lines)."""
@@ -284,7 +333,9 @@ class ContentModel:
             self.profile.converge_by_round, round_index, "converge", root, op, given, slope
         )
 
-    def spawn_count(self, max_children: int, *, root: str, op: str) -> int:
+    def spawn_count(
+        self, max_children: int, *, root: str, op: str, given: Given | None = None
+    ) -> int:
         """How many children a planner spawns, in [1, max_children]."""
         if max_children < 1:
             raise ConfigError(f"max_children must be >= 1, got {max_children}")
@@ -293,13 +344,15 @@ class ContentModel:
         weights[:n] = self.profile.spawn_weights[:n]
         if weights.sum() == 0:  # every weighted count exceeds the cap: spawn the cap
             return max_children
-        rng = self.rng("spawn", root=root, op=op)
+        rng = self.rng("spawn", root=root, op=op, given=given)
         return int(rng.choice(max_children, p=weights / weights.sum())) + 1
 
-    def votes(self, num_voters: int, *, root: str, op: str) -> list[int]:
+    def votes(
+        self, num_voters: int, *, root: str, op: str, given: Given | None = None
+    ) -> list[int]:
         """Each voter's answer label: 0 is the plurality answer (w.p. `vote_agreement`);
         a dissenting voter picks one of two alternative labels, 1 or 2."""
-        rng = self.rng("vote", root=root, op=op)
+        rng = self.rng("vote", root=root, op=op, given=given)
         agree = rng.random(num_voters) < self.profile.vote_agreement
         alternatives = rng.integers(1, 3, num_voters)
         return [0 if a else int(alt) for a, alt in zip(agree, alternatives, strict=True)]

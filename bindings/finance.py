@@ -19,7 +19,14 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.3, 0.55, 0.8
 - spawn weights (1..n children): 0.35, 0.4, 0.25
 - vote agreement: 0.66
-- context: none (lengths and decisions do not depend on what a call was given)
+- context: reference 400 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+
+Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
+`default` outputs): an analyst or writer given fuller upstream figures writes a longer report,
+and a verifier given the whole draft accepts more often. A call given nothing writes x0.81 of
+the median, one given 1,200 delivered tokens x1.23; every draw is seeded by the call's prompt
+digest, so Full vs Selected delivery changes downstream work natively. Modeled, not measured: a
+real engine (`--content engine`) is the reference.
 """
 
 from __future__ import annotations
@@ -81,7 +88,7 @@ class FinanceBinding(ShippedBinding):
         converge_by_round=(0.3, 0.55, 0.8),
         spawn_weights=(0.35, 0.4, 0.25),
         vote_agreement=0.66,
-    )
+    ).responsive()
 
     def evaluate(self, instance: TaskInstance, answer: Answer) -> Quality:
         """Pass when the final number is within the record's tolerance of the answer."""

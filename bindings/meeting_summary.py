@@ -19,7 +19,14 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.35, 0.65, 0.85
 - spawn weights (1..n children): 0.1, 0.3, 0.35, 0.25
 - vote agreement: 0.65
-- context: none (lengths and decisions do not depend on what a call was given)
+- context: reference 500 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+
+Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
+`default` outputs): a summarizer given a longer transcript chunk and running summary writes a
+longer summary, and the critic given the whole summary accepts more often. A call given nothing
+writes x0.81 of the median, one given 1,500 delivered tokens x1.23; every draw is seeded by the
+call's prompt digest, so Full vs Selected delivery changes downstream work natively. Modeled,
+not measured: a real engine (`--content engine`) is the reference.
 """
 
 from __future__ import annotations
@@ -102,7 +109,7 @@ class MeetingSummaryBinding(ShippedBinding):
         converge_by_round=(0.35, 0.65, 0.85),
         spawn_weights=(0.1, 0.3, 0.35, 0.25),
         vote_agreement=0.65,
-    )
+    ).responsive()
 
     def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:
         text = record["transcript"]

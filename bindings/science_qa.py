@@ -16,7 +16,14 @@ Content model (simulator) — output tokens per role class, then decision probab
 - converge by round: 0.4, 0.7, 0.9
 - spawn weights (1..n children): 0.5, 0.35, 0.15
 - vote agreement: 0.78
-- context: none (lengths and decisions do not depend on what a call was given)
+- context: reference 300 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+
+Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
+`default` outputs): a debater given the peers' full arguments answers at greater length and the
+debate converges more often; a judge given only the answers writes less. A call given nothing
+writes x0.81 of the median, one given 900 delivered tokens x1.23; every draw is seeded by the
+call's prompt digest, so Full vs Selected delivery changes downstream work natively. Modeled,
+not measured: a real engine (`--content engine`) is the reference.
 """
 
 from __future__ import annotations
@@ -102,7 +109,7 @@ class ScienceQABinding(ShippedBinding):
         converge_by_round=(0.4, 0.7, 0.9),
         spawn_weights=(0.5, 0.35, 0.15),
         vote_agreement=0.78,
-    )
+    ).responsive()
 
     def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:
         options = "\n".join(f"{k}. {v}" for k, v in sorted(record["choices"].items()))

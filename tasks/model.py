@@ -73,9 +73,10 @@ def _decide(
         if decision.kind == "converge":
             return {"converged": c.converges(decision.round, root=root, op=op.op_id, given=given)}
         if decision.kind == "spawn":
-            return {"count": c.spawn_count(decision.limit, root=root, op=op.op_id)}
+            return {"count": c.spawn_count(decision.limit, root=root, op=op.op_id, given=given)}
         if decision.kind == "vote":
-            votes = c.votes(decision.limit, root=root, op=decision.group or op.scope.stage_id)
+            group = decision.group or op.scope.stage_id
+            votes = c.votes(decision.limit, root=root, op=group, given=given)
             return {"answer": f"answer-{votes[decision.index]}"}
     if decision.kind == "accept":
         return {"verdict": "accept" if re.search(r"\bACCEPT", text, re.I) else "revise"}

@@ -187,8 +187,9 @@ class ContentDraws(Protocol):
     """Seeded draws a native run takes its work from on the simulator (and, with
     `content_source="binding"`, on a real engine): output lengths, template decisions and
     synthetic payloads, each a pure function of (binding, run seed, root, op) and — for
-    lengths and accept / converge decisions, where the binding's profile responds to context —
-    of `given`, what the call was given (`bindings.content.Given`).
+    lengths and decisions, where the binding's profile responds to context — of `given`, what
+    the call was given (`bindings.content.Given`: delivered tokens shift lengths and accept /
+    converge odds; its prompt digest seeds every draw, spawn counts and votes included).
 
     `bindings.content.ContentModel` is this project's implementation; the task runner's harness
     holds one per run and the ops read it.
@@ -200,9 +201,9 @@ class ContentDraws(Protocol):
 
     def converges(self, round_index: int, *, root: str, op: str, given: Any = None) -> bool: ...
 
-    def spawn_count(self, max_children: int, *, root: str, op: str) -> int: ...
+    def spawn_count(self, max_children: int, *, root: str, op: str, given: Any = None) -> int: ...
 
-    def votes(self, num_voters: int, *, root: str, op: str) -> list[int]: ...
+    def votes(self, num_voters: int, *, root: str, op: str, given: Any = None) -> list[int]: ...
 
     def payload_text(self, num_tokens: int, *, root: str, op: str) -> str: ...
 

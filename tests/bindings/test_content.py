@@ -180,3 +180,40 @@ def test_context_response_makes_draws_functions_of_what_the_call_was_given() -> 
         for i in range(10)
     }
     assert len(redraws) > 1  # the prompt digest seeds the draw
+
+
+@pytest.mark.parametrize("name", list_bindings())
+def test_every_binding_responds_to_what_a_call_was_given(name: str) -> None:
+    """Under every shipped binding a downstream call given less (Selected) writes less on the
+    same noise and redraws under its own prompt digest, and the same context always gives the
+    same work and decisions (issue 16: seeded by the digest of the delivered context)."""
+    from maserve_prefect.bindings.content import Given
+
+    model = get_binding(name).content_model(seed=3)
+    assert model.profile.context is not None
+    ref = model.profile.context.reference_tokens
+    full, selected = Given(int(3 * ref), "full-digest"), Given(int(ref // 10), "sel-digest")
+    for role in ("synthesizer", "verifier", "critic", "judge"):
+        same = Given(full.delivered_tokens, selected.digest)  # same noise, more context
+        n_sel = model.output_tokens(role, root="r", op=f"{role}/0", given=selected)
+        assert model.output_tokens(role, root="r", op=f"{role}/0", given=same) >= n_sel
+        n_full = model.output_tokens(role, root="r", op=f"{role}/0", given=full)
+        assert n_full == model.output_tokens(role, root="r", op=f"{role}/0", given=full)
+    shorter = [
+        model.output_tokens("verifier", root=f"r{i}", op="v", given=Given(full.delivered_tokens, f"d{i}"))
+        > model.output_tokens("verifier", root=f"r{i}", op="v", given=Given(selected.delivered_tokens, f"d{i}"))
+        for i in range(20)
+    ]  # fmt: skip
+    assert sum(shorter) >= 15  # the length median scales with delivered tokens
+    decisions = [
+        (
+            model.accepts(1, root="r", op="c", given=g),
+            model.converges(1, root="r", op="d", given=g),
+            model.spawn_count(4, root="r", op="p", given=g),
+            model.votes(3, root="r", op="v", given=g),
+        )
+        for g in (full, full, selected)
+    ]
+    assert decisions[0] == decisions[1]
+    redrawn = {model.spawn_count(4, root="r", op="p", given=Given(10, f"x{i}")) for i in range(12)}
+    assert len(redrawn) > 1  # the digest seeds the spawn decision too

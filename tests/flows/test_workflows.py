@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from maserve_prefect.bindings import get_binding
+from maserve_prefect.bindings import get_binding, list_bindings
 from maserve_prefect.flows.native import NativeRun, run_native
 from maserve_prefect.flows.workflows import get_workflow, list_workflows, load_registry
 from maserve_prefect.tasks import model_call
@@ -155,14 +155,15 @@ def _by_stage(run: NativeRun) -> dict[str, tuple[int, int]]:
 
 
 @pytest.mark.usefixtures("prefect_api")
-def test_selected_delivery_changes_downstream_work_natively() -> None:
-    """Full vs Selected on the simulator (research binding, which responds to context):
-    the analysts are given the same and do the same work; synthesis is given less under
-    Selected, and both downstream calls realize different input *and* output work (issue 16:
-    lengths are functions of what the call was given, seeded by its prompt digest)."""
-    for seed in (0, 4):
-        full = _by_stage(run_native("four_call_full", users=1, seed=seed))
-        selected = _by_stage(run_native("four_call_selected", users=1, seed=seed))
+@pytest.mark.parametrize("binding", list_bindings())
+def test_selected_delivery_changes_downstream_work_natively(binding: str) -> None:
+    """Full vs Selected on the simulator, under every shipped binding (each responds to
+    context): the analysts are given the same and do the same work; synthesis is given less
+    under Selected, and both downstream calls realize different input *and* output work
+    (issue 16: lengths are functions of what the call was given, seeded by its prompt digest)."""
+    for seed in (0, 4) if binding == "research" else (0,):
+        full = _by_stage(run_native("four_call_full", binding, users=1, seed=seed))
+        selected = _by_stage(run_native("four_call_selected", binding, users=1, seed=seed))
         assert full.keys() == selected.keys()
         for stage in ("analyst_a", "analyst_b"):
             assert selected[stage] == full[stage]
