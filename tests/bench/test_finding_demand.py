@@ -84,6 +84,19 @@ def test_context_demo_suite_selected_delivers_less(prefect_api: None) -> None:
     assert lo <= hi < 0  # input work falls in every block
 
 
+def test_demand_demo_suite_spawn_holds_more_state_than_ordinary(prefect_api: None) -> None:
+    """The demand suite at demo scale (one user per binding cohort, 3 blocks): every paper row
+    has a value in every block, and Spawn's six calls hold more KV memory-time than ordinary
+    serving's one call in every block (the paper's sign, by construction of the work)."""
+    result = _demo("demand")
+    rows = {r["figure"]: r for r in result.findings}
+    for fig in (fd.DEMAND_INTENSITY, fd.DEMAND_KV, fd.DEMAND_EXECUTION):
+        row = rows[fig.figure]
+        assert row["paper"] == fig.value and row["blocks"] == 3 and row["verdict"] != "no value"
+    lo, _hi = (float(x) for x in rows[fd.DEMAND_KV.figure]["measured_range"].split("–", 1))
+    assert lo > 1.0
+
+
 def _figs(**over: float) -> CohortFigures:
     base = dict(
         roots=4, calls_per_root=4.0, input_per_root=1000.0, output_per_root=800.0,

@@ -100,16 +100,16 @@ REFERENCE_P95 = PaperFigure(
 )
 ATTAINMENT_R2 = {
     ("dag", 16.0): PaperFigure(
-        F3, "DAG attainment at the 2nd rate, 16 GiB (%)", 100.0, F3_SETUP, F3_SOURCE, "value"
+        F3, "DAG attainment at the 2nd rate, 16 GiB (%)", 100.0, F3_SETUP, F3_SOURCE, "share"
     ),
     ("barrier", 16.0): PaperFigure(
-        F3, "Barrier attainment at the 2nd rate, 16 GiB (%)", 4.0, F3_SETUP, F3_SOURCE, "value"
+        F3, "Barrier attainment at the 2nd rate, 16 GiB (%)", 4.0, F3_SETUP, F3_SOURCE, "share"
     ),
     ("dag", 40.0): PaperFigure(
-        F3, "DAG attainment at the 2nd rate, 40 GiB (%)", 100.0, F3_SETUP, F3_SOURCE, "value"
+        F3, "DAG attainment at the 2nd rate, 40 GiB (%)", 100.0, F3_SETUP, F3_SOURCE, "share"
     ),
     ("barrier", 40.0): PaperFigure(
-        F3, "Barrier attainment at the 2nd rate, 40 GiB (%)", 4.0, F3_SETUP, F3_SOURCE, "value"
+        F3, "Barrier attainment at the 2nd rate, 40 GiB (%)", 4.0, F3_SETUP, F3_SOURCE, "share"
     ),
 }
 """Median attainment at the second rate (§6.6: "DAG 100 % versus Barrier's 4 % under either KV
@@ -142,7 +142,7 @@ def sensitivity_figure(rule: str, kv: float, multiple: float) -> PaperFigure:
         SENSITIVITY_R2[rule, kv, multiple],
         F3_SETUP,
         "App. C.2, Fig. C.1",
-        "value",
+        "share",
     )
 
 
@@ -188,7 +188,7 @@ CONF_IN_BAND = PaperFigure(
     100.0,
     CONF_SETUP,
     CONF_SOURCE,
-    "value",
+    "share",
 )
 CONF_WORK = PaperFigure(
     CONF,
@@ -196,7 +196,7 @@ CONF_WORK = PaperFigure(
     100.0,
     CONF_SETUP,
     CONF_SOURCE,
-    "value",
+    "share",
 )
 
 # -- finding 3 ------------------------------------------------------------------------------------

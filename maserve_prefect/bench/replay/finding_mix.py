@@ -73,7 +73,7 @@ TEMPORAL = {
         96.3,
         _G1,
         "§6.5, Fig. 10a",
-        kind="value",
+        kind="share",
     ),
     "all_b": PaperFigure(
         "§6.5 temporal mixing",
@@ -81,7 +81,7 @@ TEMPORAL = {
         31.5,
         _G1,
         "§6.5, Fig. 10a",
-        kind="value",
+        kind="share",
     ),
     "root": PaperFigure(
         "§6.5 temporal mixing",
@@ -182,7 +182,7 @@ COHORTS = {
         91.5,
         _G3,
         "App. G.3, Fig. G.2c",
-        kind="value",
+        kind="share",
     ),
     "seq_pre": PaperFigure(
         "App. G.3 separate vs mixed",
@@ -190,7 +190,7 @@ COHORTS = {
         92.3,
         _G3,
         "App. G.3, Fig. G.2c",
-        kind="value",
+        kind="share",
     ),
 }
 """The paper's separate-vs-mixed figures."""

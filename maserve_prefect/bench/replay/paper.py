@@ -14,8 +14,12 @@ Verdict rule (stated once; the README's reproduction table uses it):
   when ours has the paper's sign and its magnitude is within a factor of two of the paper's;
   *direction* when the sign matches but the size does not; *not reproduced* when the sign
   differs (a zero effect never matches a non-zero one).
-- `value` figures (an absolute level, e.g. attainment 100 %) are *reproduced* within a factor of
+- `value` figures (an absolute level, e.g. a P95 in seconds) are *reproduced* within a factor of
   two, else *differs*.
+- `share` figures (a percentage of a whole: attainment, a co-batched share, roots in a band) are
+  *reproduced* when both the share and its complement (100 − share) are within a factor of two
+  of the paper's, else *differs*: a factor of two alone would call 57 % "reproduced" against
+  100 % (43 % of roots outside where the paper has none).
 - A figure with a block that has no value is *no value*: a median over the blocks that happen to
   have one would hide the gap.
 
@@ -24,6 +28,11 @@ Examples:
     >>> verdict(f, 30.0), verdict(f, 80.0), verdict(f, -3.0), verdict(f, None)
     ('reproduced', 'direction', 'not reproduced', 'no value')
     >>> verdict(PaperFigure("F", "x", 1.83, "s", "G.3", kind="ratio"), 1.5)
+    'reproduced'
+    >>> share = PaperFigure("F", "attainment (%)", 100.0, "s", "C.2", kind="share")
+    >>> verdict(share, 100.0), verdict(share, 57.35), verdict(share, 99.0)
+    ('reproduced', 'differs', 'differs')
+    >>> verdict(PaperFigure("F", "share (%)", 91.5, "s", "G.3", kind="share"), 86.7)
     'reproduced'
     >>> row = paper_row(f, "our setup", [20.0, 25.0, 40.0])
     >>> row["measured"], row["measured_range"], row["verdict"]
@@ -40,7 +49,7 @@ from typing import Literal
 from maserve_prefect.bench.replay import block_figures as bf
 from maserve_prefect.bench.replay.block_figures import Row
 
-FigureKind = Literal["change_pct", "ratio", "value"]
+FigureKind = Literal["change_pct", "ratio", "value", "share"]
 
 VERDICTS = ("reproduced", "direction", "not reproduced", "differs", "no value")
 """Every verdict `verdict` can give."""
@@ -85,15 +94,22 @@ def _effect(fig: PaperFigure, x: float) -> float:
     return x - 1.0 if fig.kind == "ratio" else x
 
 
+def _within_two(paper: float, ours: float) -> bool:
+    """`ours` within a factor of two of `paper` (a zero matches only a zero)."""
+    if paper == 0.0 or ours == 0.0:
+        return paper == ours
+    return 0.5 <= ours / paper <= 2.0
+
+
 def verdict(fig: PaperFigure, measured: float | None) -> str:
     """The verdict for our median `measured` against `fig` (module docstring's rule)."""
     if measured is None or math.isnan(measured):
         return "no value"
+    if fig.kind == "share":
+        pairs = ((fig.value, measured), (100.0 - fig.value, 100.0 - measured))
+        return "reproduced" if all(_within_two(a, b) for a, b in pairs) else "differs"
     if fig.kind == "value":
-        if fig.value == 0.0 or measured == 0.0:
-            return "reproduced" if fig.value == measured else "differs"
-        ratio = measured / fig.value
-        return "reproduced" if 0.5 <= ratio <= 2.0 else "differs"
+        return "reproduced" if _within_two(fig.value, measured) else "differs"
     paper, ours = _effect(fig, fig.value), _effect(fig, measured)
     if paper == 0.0 or ours == 0.0 or (paper > 0) != (ours > 0):
         return "not reproduced"
