@@ -166,6 +166,8 @@ def test_every_shipped_suite_loads_as_its_kind_and_says_its_kind() -> None:
         "finding_background.yaml": ReplaySuite,
         "finding_barrier.yaml": ReplaySuite,
         "finding_cohorts.yaml": ReplaySuite,
+        "finding_context.yaml": ReplaySuite,
+        "finding_demand.yaml": ReplaySuite,
         "finding_kv_budget.yaml": ReplaySuite,
         "finding_rate_sweep.yaml": ReplaySuite,
         "finding_request_limit.yaml": ReplaySuite,
