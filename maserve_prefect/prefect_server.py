@@ -286,16 +286,44 @@ def connected(info: ServerInfo) -> Iterator[ServerInfo]:
 @contextlib.contextmanager
 def recording_api() -> Iterator[None]:
     """An API to record native runs on for the duration of the block: the configured one (a
-    test harness, `PREFECT_API_URL`), else the managed local server (`ensure_server`).
+    test harness, `PREFECT_API_URL`), else the managed local server (`ensure_server`), with the
+    Prefect client's retries raised to `RECORDING_MAX_RETRIES` for the block.
 
-    Without it, a library caller with no API configured gets Prefect's ephemeral servers: one
-    `replay.arms.run_scenario` call on native cohorts was seen holding 85 of them (11.7 GB).
+    Without the managed server, a library caller with no API configured gets Prefect's ephemeral
+    servers: one `replay.arms.run_scenario` call on native cohorts was seen holding 85 of them
+    (11.7 GB). Without the retries, a native run that creates a burst of root flow runs (64–216
+    at once) got `503 Service Unavailable` from the local SQLite-backed server for some of them
+    after the client's default 5 retries (2 + 4 + … + 32 s of back-off).
     """
-    if configured_api_url() is not None:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_client_retries(RECORDING_MAX_RETRIES))
+        if configured_api_url() is None:
+            stack.enter_context(connected(ensure_server()))
         yield
-        return
-    with connected(ensure_server()):
-        yield
+
+
+RECORDING_MAX_RETRIES = 8
+"""Prefect client retries while recording native runs (exponential back-off 2^n s: up to ~8.5
+min for one request), against bursts of flow-run creations on the local server."""
+
+
+@contextlib.contextmanager
+def _client_retries(n: int) -> Iterator[None]:
+    """`PREFECT_CLIENT_MAX_RETRIES` at least `n` for the block (environment and active settings,
+    as `connected` does for the URL, so root threads started inside see it too)."""
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    value = max(n, int(PREFECT_CLIENT_MAX_RETRIES.value()))
+    old = os.environ.get("PREFECT_CLIENT_MAX_RETRIES")
+    os.environ["PREFECT_CLIENT_MAX_RETRIES"] = str(value)
+    try:
+        with temporary_settings(updates={PREFECT_CLIENT_MAX_RETRIES: value}):
+            yield
+    finally:
+        if old is None:
+            os.environ.pop("PREFECT_CLIENT_MAX_RETRIES", None)
+        else:
+            os.environ["PREFECT_CLIENT_MAX_RETRIES"] = old
 
 
 # ---- helpers ------------------------------------------------------------------------------

@@ -143,6 +143,13 @@ def test_recording_api_keeps_a_configured_api_else_connects_the_managed_server(
     with prefect_server.recording_api():
         assert started == []
     monkeypatch.setattr(prefect_server, "configured_api_url", lambda: None)
+    before = os.environ.get("PREFECT_CLIENT_MAX_RETRIES")
     with prefect_server.recording_api():
         assert started == ["managed"]
         assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:9/api"
+        # Bursts of root flow-run creations get more client retries than Prefect's default 5.
+        from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
+
+        assert PREFECT_CLIENT_MAX_RETRIES.value() == prefect_server.RECORDING_MAX_RETRIES
+        assert os.environ["PREFECT_CLIENT_MAX_RETRIES"] == str(prefect_server.RECORDING_MAX_RETRIES)
+    assert os.environ.get("PREFECT_CLIENT_MAX_RETRIES") == before
