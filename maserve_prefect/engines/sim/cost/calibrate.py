@@ -28,6 +28,7 @@ from maserve_prefect.engines.catalog.efficiency import DeviceEfficiency
 from maserve_prefect.engines.catalog.gpus import GpuSpec
 from maserve_prefect.engines.sim.cost.profiles import FloatArray, ProfileSet
 from maserve_prefect.engines.sim.cost.roofline import (
+    ELEMENTWISE_EFF_FIELD,
     attention_m_blocks,
     attention_tile_m,
     elementwise_bytes_per_token,
@@ -46,11 +47,16 @@ PARAM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("elementwise",),
         (
             "elem_norm_mem",
-            "elem_add_mem",
             "elem_act_mem",
             "elem_rope_mem",
             "elem_embed_mem",
+            "elem_vidur_norm_mem",
+            "elem_add_mem",
+            "elem_vidur_act_mem",
+            "elem_vidur_rope_mem",
+            "elem_vidur_embed_mem",
             "elem_op_s",
+            "elem_l2_gain",
         ),
     ),
     "attention": (
@@ -80,6 +86,7 @@ _BOUNDS_NAMED = {
     "attn_l2_reuse": (0.005, 1.0),
     "attn_l2_frac": (0.05, 1.0),
     "attn_kv_reach_bytes": (1e8, 1e12),
+    "elem_l2_gain": (1.0, 20.0),
 }
 
 
@@ -246,8 +253,10 @@ def leave_one_device_out(
 ) -> WapeTable:
     """Fit shared factors on all other devices and score the held-out device; each in turn.
 
-    Only groups the other devices measured are scored (no held-out figure is computed from
-    parameters no data constrained)."""
+    Only series whose parameters the other devices' rows constrain are scored (no held-out
+    figure is computed from parameters no data constrained): groups the others measured, and
+    within elementwise only the kernels they measured (Vidur's unfused kernels and vLLM's fused
+    ones have separate factors)."""
     table = WapeTable()
     devices = _devices(sets)
     if len(devices) < 2:
@@ -255,21 +264,19 @@ def leave_one_device_out(
     for held in devices:
         train = [s for s in sets if s.device != held]
         eff = fit_efficiency(train, gpus, base)
-        fitted = _fitted_data_groups(train)
+        fitted = {_fit_kind(s) for s in train}
         for ps in sets:
-            if ps.device == held and ps.group in fitted:
+            if ps.device == held and _fit_kind(ps) in fitted:
                 table.add(ps, predict(ps, gpus(held), eff))
     return table
 
 
-def _fitted_data_groups(train: list[ProfileSet]) -> set[str]:
-    """Data groups whose parameters `train` constrains (others would score untouched guesses)."""
-    present = {s.group for s in train}
-    out: set[str] = set()
-    for data_groups, _names in PARAM_GROUPS.values():
-        if present & set(data_groups):
-            out |= set(data_groups)
-    return out
+def _fit_kind(ps: ProfileSet) -> str:
+    """What a series' own parameters are: its elementwise kernel's factor, else its parameter
+    group (linear and lm_head share theirs)."""
+    if ps.group == "elementwise":
+        return ELEMENTWISE_EFF_FIELD[ps.op]
+    return next(key for key, (groups, _names) in PARAM_GROUPS.items() if ps.group in groups)
 
 
 def unfitted(sets: list[ProfileSet], gpus: GpuLookup) -> WapeTable:

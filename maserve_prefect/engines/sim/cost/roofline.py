@@ -12,7 +12,8 @@ hd = head_dim, all per tensor-parallel rank):
 - linear (QKV, O, gate/up, down, lm_head): weights `in*out*d` + activations `M*(in+out)*d`
   bytes, `2*in*out*M` FLOPs over M tokens (lm_head: M = scheduled sequences); a mixture-of-
   experts MLP reads the weights of the experts its M tokens touch and computes `M*k` rows;
-- elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below;
+- elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below,
+  served from L2 while the kernel's footprint fits (see `elementwise_time`);
 - decode attention: reads `ctx * kv_bytes_per_token_per_layer` per request;
 - prefill attention: a wave model of the causal FlashAttention grid (`ceil(new / tile_m)` query
   tiles x H CTAs, one per SM at a time, each streaming the keys it sees), see
@@ -38,7 +39,20 @@ from maserve_prefect.errors import ConfigError
 Num = TypeVar("Num", float, npt.NDArray[np.float64])
 
 LINEAR_OPS = ("qkv", "o", "gate_up", "down")
-ELEMENTWISE_OPS = ("norm", "add_norm", "add", "act", "rope", "qk_norm", "embedding")
+# vLLM's kernels (what the simulator runs) and Vidur's unfused ones (`emb`, `mlp_act`, `attn_rope`,
+# `norm`, `add`: only in Vidur profiles; same bytes as their vLLM namesakes, other efficiencies).
+ELEMENTWISE_OPS = (
+    "norm",
+    "add_norm",
+    "add",
+    "act",
+    "rope",
+    "qk_norm",
+    "embedding",
+    "emb",
+    "mlp_act",
+    "attn_rope",
+)
 # vLLM's per-layer elementwise kernels: residual add fused into RMSNorm twice, rotary, SiLU-mul.
 VLLM_LAYER_ELEMENTWISE = ("add_norm", "add_norm", "rope", "act")
 
@@ -48,15 +62,15 @@ def elementwise_bytes_per_token(model: ModelSpec, op: str, tp: int = 1) -> float
     d = model.dtype_bytes
     h = model.hidden_size
     qk = (model.num_attention_heads + model.num_kv_heads) * model.head_dim / tp
-    if op in ("norm", "embedding"):
+    if op in ("norm", "embedding", "emb"):
         return 2 * h * d
     if op == "add_norm":
         return 4 * h * d
     if op == "add":
         return 3 * h * d
-    if op == "act":
+    if op in ("act", "mlp_act"):
         return (3 if model.gated_mlp else 2) * model.active_intermediate_size / tp * d
-    if op in ("rope", "qk_norm"):
+    if op in ("rope", "qk_norm", "attn_rope"):
         return 2 * qk * d
     raise ConfigError(f"unknown elementwise operator {op!r}; expected one of {ELEMENTWISE_OPS}")
 
@@ -103,22 +117,39 @@ def moe_linear_time(
 
 
 ELEMENTWISE_EFF_FIELD = {
-    "norm": "elem_norm_mem",
     "add_norm": "elem_norm_mem",
     "qk_norm": "elem_norm_mem",
-    "add": "elem_add_mem",
     "act": "elem_act_mem",
     "rope": "elem_rope_mem",
     "embedding": "elem_embed_mem",
+    "norm": "elem_vidur_norm_mem",
+    "add": "elem_add_mem",
+    "mlp_act": "elem_vidur_act_mem",
+    "attn_rope": "elem_vidur_rope_mem",
+    "emb": "elem_vidur_embed_mem",
 }
+# Share of the L2 that keeps an elementwise kernel's operands between the kernel that wrote them
+# and the one that reads them (a fixed assumption, not fitted).
+ELEM_L2_SHARE = 0.5
 
 
 def elementwise_time(
     op: str, bytes_per_token: float, tokens: Num, gpu: GpuSpec, eff: DeviceEfficiency
 ) -> Num:
-    """One bandwidth-bound elementwise kernel of kind `op` over `tokens` tokens (seconds)."""
+    """One bandwidth-bound elementwise kernel of kind `op` over `tokens` tokens (seconds).
+
+    The fraction `min(1, ELEM_L2_SHARE * L2 / footprint)` of its bytes is served from L2 at
+    `elem_l2_gain` times the DRAM rate: a small batch's activations are still in L2 from the
+    kernel that wrote them (the 128 MB L2 of an RTX PRO 6000 holds every profiled batch, the
+    40-50 MB of an A100 / H100 only the smaller ones), so the same kernel looks up to `gain`
+    times faster than DRAM allows on small footprints.
+    """
     eff_mem: float = getattr(eff, ELEMENTWISE_EFF_FIELD[op])
-    return eff.elem_op_s + tokens * bytes_per_token / (gpu.mem_bw_bytes_s * eff_mem)
+    footprint = tokens * bytes_per_token
+    hit = np.minimum(1.0, ELEM_L2_SHARE * gpu.l2_bytes / np.maximum(footprint, 1.0))
+    return eff.elem_op_s + footprint * (1.0 - hit + hit / eff.elem_l2_gain) / (
+        gpu.mem_bw_bytes_s * eff_mem
+    )
 
 
 def decode_attention_per_token_s(
