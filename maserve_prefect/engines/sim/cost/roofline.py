@@ -10,8 +10,9 @@ Operators and what they move (d = dtype bytes, h = hidden, I = intermediate, H/K
 hd = head_dim, all per tensor-parallel rank):
 
 - linear (QKV, O, gate/up, down, lm_head): weights `in*out*d` + activations `M*(in+out)*d`
-  bytes, `2*in*out*M` FLOPs over M tokens (lm_head: M = scheduled sequences); a mixture-of-
-  experts MLP reads the weights of the experts its M tokens touch and computes `M*k` rows;
+  bytes, `2*in*out*M` FLOPs over M tokens padded to 128-row tiles (lm_head: M = scheduled
+  sequences); a mixture-of-experts MLP reads the weights of the experts its M tokens touch and
+  computes `M*k` rows;
 - elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below,
   served from L2 while the kernel's footprint fits (see `elementwise_time`);
 - decode attention: reads `ctx * kv_bytes_per_token_per_layer` per request;
@@ -75,14 +76,25 @@ def elementwise_bytes_per_token(model: ModelSpec, op: str, tp: int = 1) -> float
     raise ConfigError(f"unknown elementwise operator {op!r}; expected one of {ELEMENTWISE_OPS}")
 
 
+# Rows of one GEMM output tile: tensor-core GEMMs compute the token dimension in tiles of 128
+# rows (cuBLAS / CUTLASS on sm80 / sm90 / sm120 alike), so 129 tokens cost the MMA work of 256.
+GEMM_TILE_M = 128
+
+
+def gemm_rows(tokens: Num) -> Num:
+    """Token rows a GEMM computes: `tokens` padded up to whole `GEMM_TILE_M` tiles."""
+    return np.ceil(tokens / GEMM_TILE_M) * GEMM_TILE_M
+
+
 def linear_time(
     in_dim: float, out_dim: float, tokens: Num, d: int, gpu: GpuSpec, eff: DeviceEfficiency
 ) -> Num:
-    """One GEMM of `tokens x in_dim` by `in_dim x out_dim` (seconds)."""
+    """One GEMM of `tokens x in_dim` by `in_dim x out_dim` (seconds): weight and activation bytes
+    against the MMA work of the tile-padded rows (`gemm_rows`)."""
     t_mem = (
         (in_dim * out_dim + tokens * (in_dim + out_dim)) * d / (gpu.mem_bw_bytes_s * eff.linear_mem)
     )
-    t_comp = 2.0 * in_dim * out_dim * tokens / (gpu.peak_flops * eff.linear_comp)
+    t_comp = 2.0 * in_dim * out_dim * gemm_rows(tokens) / (gpu.peak_flops * eff.linear_comp)
     return eff.linear_op_s + np.sqrt(t_mem * t_mem + t_comp * t_comp)
 
 
@@ -110,9 +122,12 @@ def moe_linear_time(
     `linear_time`.
     """
     rows = tokens * top_k
-    weights = experts_touched(tokens, num_experts, top_k) * in_dim * out_dim
+    touched = experts_touched(tokens, num_experts, top_k)
+    weights = touched * in_dim * out_dim
     t_mem = (weights + rows * (in_dim + out_dim)) * d / (gpu.mem_bw_bytes_s * eff.linear_mem)
-    t_comp = 2.0 * in_dim * out_dim * rows / (gpu.peak_flops * eff.linear_comp)
+    # each touched expert's GEMM pads its own share of the rows to whole tiles
+    padded = touched * gemm_rows(rows / touched)
+    t_comp = 2.0 * in_dim * out_dim * padded / (gpu.peak_flops * eff.linear_comp)
     return eff.linear_op_s + np.sqrt(t_mem * t_mem + t_comp * t_comp)
 
 
