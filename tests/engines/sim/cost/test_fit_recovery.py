@@ -90,9 +90,7 @@ def test_leave_one_model_out_never_scores_a_model_its_fit_saw(
     monkeypatch.setattr(calibrate, "fit_efficiency", spy)
     table = leave_one_model_out(sets, get_gpu)
     # one fit per held-out model, each on exactly the other models
-    assert sorted(map(sorted, seen)) == sorted(
-        sorted(set(MODELS) - {held}) for held in MODELS
-    )
+    assert sorted(map(sorted, seen)) == sorted(sorted(set(MODELS) - {held}) for held in MODELS)
     # every A100 row scored exactly once; exact synthetic data scores ~0
     a100 = [s for s in sets if s.device == "A100-80GB"]
     assert table.meas[("A100-80GB", "all")] == pytest.approx(sum(s.seconds.sum() for s in a100))
