@@ -77,9 +77,8 @@ def _operator_table(
         for op in fitted.operators(device):
             key = f"op:{op}"
             share = fitted.meas.get((device, key), 0.0) / total if total else None
-            table.add_row(
-                device, op, _fmt(share), _fmt(lomo.wape(device, key)), _fmt(lodo.wape(device, key))
-            )
+            cells = ("—" if share is None else f"{100 * share:.2f}%", _fmt(lomo.wape(device, key)))
+            table.add_row(device, op, *cells, _fmt(lodo.wape(device, key)))
         table.add_section()
     return table
 

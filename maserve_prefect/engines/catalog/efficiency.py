@@ -7,8 +7,9 @@ device fitted on some models transfers to models it never ran (scored leave-one-
 
 `DEFAULT_EFFICIENCY` is what a device without a fit gets. Its linear / elementwise factors are
 the pooled fit over every device in `../shared/data/profiles` (refitted by
-`benchmarks/step_time_wape.py --write`); attention and sampler factors come from the only device
-with attention measurements (RTX PRO 6000), so for other devices they are an assumption.
+`benchmarks/step_time_wape.py --write`); attention and sampler factors, and those of vLLM's fused
+elementwise kernels, come from the only device with vLLM profiles (RTX PRO 6000), so for other
+devices they are an assumption.
 """
 
 from __future__ import annotations

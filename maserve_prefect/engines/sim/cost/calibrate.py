@@ -11,8 +11,12 @@ the fit did not see:
 
 - leave-one-model-out (LOMO): fit a device on its other models, score the held-out model;
 - leave-one-device-out (LODO): fit shared factors on the other devices, score the held-out one
-  (the "uncalibrated device" case). Groups no other device measured (attention, lm_head and
-  sampler exist only for RTX PRO 6000) then run on the hand-set `DeviceEfficiency()` values.
+  (the "uncalibrated device" case). Series whose factors no other device's rows constrain
+  (attention and the sampler exist only for RTX PRO 6000; vLLM's fused elementwise kernels only
+  in its profiles, Vidur's unfused ones only in Vidur's) are not scored.
+
+DRAM efficiencies (`*_mem`) are bounded by the datasheet bandwidth; bytes served faster come
+from the L2 terms of the roofline.
 """
 
 from __future__ import annotations
