@@ -7,8 +7,9 @@ device fitted on some models transfers to models it never ran (scored leave-one-
 
 `DEFAULT_EFFICIENCY` is what a device without a fit gets. Its linear / elementwise factors are
 the pooled fit over every device in `../shared/data/profiles` (refitted by
-`benchmarks/step_time_wape.py --write`); attention and sampler factors come from the only device
-with attention measurements (RTX PRO 6000), so for other devices they are an assumption.
+`benchmarks/step_time_wape.py --write`); attention and sampler factors, and those of vLLM's fused
+elementwise kernels, come from the only device with vLLM profiles (RTX PRO 6000), so for other
+devices they are an assumption.
 """
 
 from __future__ import annotations
@@ -36,14 +37,24 @@ class DeviceEfficiency:
     linear_mem: float = 0.8
     linear_comp: float = 0.7
     linear_op_s: float = 4e-6
-    # Elementwise ops, one bandwidth factor per kernel kind (implementations differ a lot:
-    # an unfused fp32 RMSNorm reaches a third of what a fused residual add does).
+    # Elementwise ops, one DRAM bandwidth factor per kernel (implementations differ a lot: an
+    # unfused fp32 RMSNorm reaches a third of what a fused residual add does). vLLM's kernels
+    # (what the simulator runs; fitted on vLLM profiles): fused residual-add + RMSNorm (also
+    # q/k-norm), SiLU-and-mul, rotary, embedding gather.
     elem_norm_mem: float = 0.5
-    elem_add_mem: float = 0.5
     elem_act_mem: float = 0.5
     elem_rope_mem: float = 0.5
     elem_embed_mem: float = 0.5
+    # Vidur's (Sarathi-Serve's) unfused kernels, only in Vidur profiles: RMSNorm, residual add,
+    # activation, rotary, embedding.
+    elem_vidur_norm_mem: float = 0.5
+    elem_add_mem: float = 0.5
+    elem_vidur_act_mem: float = 0.5
+    elem_vidur_rope_mem: float = 0.5
+    elem_vidur_embed_mem: float = 0.5
     elem_op_s: float = 3e-6
+    # L2 bandwidth over DRAM bandwidth for the bytes of a footprint that fits in L2.
+    elem_l2_gain: float = 1.5
     # Attention: one kernel call per layer, decode reads KV bytes, prefill computes FLOPs.
     attn_call_s: float = 8e-6
     attn_decode_mem: float = 0.8

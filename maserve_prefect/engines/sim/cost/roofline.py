@@ -10,9 +10,11 @@ Operators and what they move (d = dtype bytes, h = hidden, I = intermediate, H/K
 hd = head_dim, all per tensor-parallel rank):
 
 - linear (QKV, O, gate/up, down, lm_head): weights `in*out*d` + activations `M*(in+out)*d`
-  bytes, `2*in*out*M` FLOPs over M tokens (lm_head: M = scheduled sequences); a mixture-of-
-  experts MLP reads the weights of the experts its M tokens touch and computes `M*k` rows;
-- elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below;
+  bytes, `2*in*out*M` FLOPs over M tokens padded to 128-row tiles (lm_head: M = scheduled
+  sequences); a mixture-of-experts MLP reads the weights of the experts its M tokens touch and
+  computes `M*k` rows;
+- elementwise (norms, rotary, activation, residual add, embedding gather): bytes per token below,
+  served from L2 while the kernel's footprint fits (see `elementwise_time`);
 - decode attention: reads `ctx * kv_bytes_per_token_per_layer` per request;
 - prefill attention: a wave model of the causal FlashAttention grid (`ceil(new / tile_m)` query
   tiles x H CTAs, one per SM at a time, each streaming the keys it sees), see
@@ -38,7 +40,20 @@ from maserve_prefect.errors import ConfigError
 Num = TypeVar("Num", float, npt.NDArray[np.float64])
 
 LINEAR_OPS = ("qkv", "o", "gate_up", "down")
-ELEMENTWISE_OPS = ("norm", "add_norm", "add", "act", "rope", "qk_norm", "embedding")
+# vLLM's kernels (what the simulator runs) and Vidur's unfused ones (`emb`, `mlp_act`, `attn_rope`,
+# `norm`, `add`: only in Vidur profiles; same bytes as their vLLM namesakes, other efficiencies).
+ELEMENTWISE_OPS = (
+    "norm",
+    "add_norm",
+    "add",
+    "act",
+    "rope",
+    "qk_norm",
+    "embedding",
+    "emb",
+    "mlp_act",
+    "attn_rope",
+)
 # vLLM's per-layer elementwise kernels: residual add fused into RMSNorm twice, rotary, SiLU-mul.
 VLLM_LAYER_ELEMENTWISE = ("add_norm", "add_norm", "rope", "act")
 
@@ -48,27 +63,38 @@ def elementwise_bytes_per_token(model: ModelSpec, op: str, tp: int = 1) -> float
     d = model.dtype_bytes
     h = model.hidden_size
     qk = (model.num_attention_heads + model.num_kv_heads) * model.head_dim / tp
-    if op in ("norm", "embedding"):
+    if op in ("norm", "embedding", "emb"):
         return 2 * h * d
     if op == "add_norm":
         return 4 * h * d
     if op == "add":
         return 3 * h * d
-    if op == "act":
+    if op in ("act", "mlp_act"):
         return (3 if model.gated_mlp else 2) * model.active_intermediate_size / tp * d
-    if op in ("rope", "qk_norm"):
+    if op in ("rope", "qk_norm", "attn_rope"):
         return 2 * qk * d
     raise ConfigError(f"unknown elementwise operator {op!r}; expected one of {ELEMENTWISE_OPS}")
+
+
+# Rows of one GEMM output tile: tensor-core GEMMs compute the token dimension in tiles of 128
+# rows (cuBLAS / CUTLASS on sm80 / sm90 / sm120 alike), so 129 tokens cost the MMA work of 256.
+GEMM_TILE_M = 128
+
+
+def gemm_rows(tokens: Num) -> Num:
+    """Token rows a GEMM computes: `tokens` padded up to whole `GEMM_TILE_M` tiles."""
+    return np.ceil(tokens / GEMM_TILE_M) * GEMM_TILE_M
 
 
 def linear_time(
     in_dim: float, out_dim: float, tokens: Num, d: int, gpu: GpuSpec, eff: DeviceEfficiency
 ) -> Num:
-    """One GEMM of `tokens x in_dim` by `in_dim x out_dim` (seconds)."""
+    """One GEMM of `tokens x in_dim` by `in_dim x out_dim` (seconds): weight and activation bytes
+    against the MMA work of the tile-padded rows (`gemm_rows`)."""
     t_mem = (
         (in_dim * out_dim + tokens * (in_dim + out_dim)) * d / (gpu.mem_bw_bytes_s * eff.linear_mem)
     )
-    t_comp = 2.0 * in_dim * out_dim * tokens / (gpu.peak_flops * eff.linear_comp)
+    t_comp = 2.0 * in_dim * out_dim * gemm_rows(tokens) / (gpu.peak_flops * eff.linear_comp)
     return eff.linear_op_s + np.sqrt(t_mem * t_mem + t_comp * t_comp)
 
 
@@ -96,29 +122,49 @@ def moe_linear_time(
     `linear_time`.
     """
     rows = tokens * top_k
-    weights = experts_touched(tokens, num_experts, top_k) * in_dim * out_dim
+    touched = experts_touched(tokens, num_experts, top_k)
+    weights = touched * in_dim * out_dim
     t_mem = (weights + rows * (in_dim + out_dim)) * d / (gpu.mem_bw_bytes_s * eff.linear_mem)
-    t_comp = 2.0 * in_dim * out_dim * rows / (gpu.peak_flops * eff.linear_comp)
+    # each touched expert's GEMM pads its own share of the rows to whole tiles
+    padded = touched * gemm_rows(rows / touched)
+    t_comp = 2.0 * in_dim * out_dim * padded / (gpu.peak_flops * eff.linear_comp)
     return eff.linear_op_s + np.sqrt(t_mem * t_mem + t_comp * t_comp)
 
 
 ELEMENTWISE_EFF_FIELD = {
-    "norm": "elem_norm_mem",
     "add_norm": "elem_norm_mem",
     "qk_norm": "elem_norm_mem",
-    "add": "elem_add_mem",
     "act": "elem_act_mem",
     "rope": "elem_rope_mem",
     "embedding": "elem_embed_mem",
+    "norm": "elem_vidur_norm_mem",
+    "add": "elem_add_mem",
+    "mlp_act": "elem_vidur_act_mem",
+    "attn_rope": "elem_vidur_rope_mem",
+    "emb": "elem_vidur_embed_mem",
 }
+# Share of the L2 that keeps an elementwise kernel's operands between the kernel that wrote them
+# and the one that reads them (a fixed assumption, not fitted).
+ELEM_L2_SHARE = 0.5
 
 
 def elementwise_time(
     op: str, bytes_per_token: float, tokens: Num, gpu: GpuSpec, eff: DeviceEfficiency
 ) -> Num:
-    """One bandwidth-bound elementwise kernel of kind `op` over `tokens` tokens (seconds)."""
+    """One bandwidth-bound elementwise kernel of kind `op` over `tokens` tokens (seconds).
+
+    The fraction `min(1, ELEM_L2_SHARE * L2 / footprint)` of its bytes is served from L2 at
+    `elem_l2_gain` times the DRAM rate: a small batch's activations are still in L2 from the
+    kernel that wrote them (the 128 MB L2 of an RTX PRO 6000 holds every profiled batch, the
+    40-50 MB of an A100 / H100 only the smaller ones), so the same kernel looks up to `gain`
+    times faster than DRAM allows on small footprints.
+    """
     eff_mem: float = getattr(eff, ELEMENTWISE_EFF_FIELD[op])
-    return eff.elem_op_s + tokens * bytes_per_token / (gpu.mem_bw_bytes_s * eff_mem)
+    footprint = tokens * bytes_per_token
+    hit = np.minimum(1.0, ELEM_L2_SHARE * gpu.l2_bytes / np.maximum(footprint, 1.0))
+    return eff.elem_op_s + footprint * (1.0 - hit + hit / eff.elem_l2_gain) / (
+        gpu.mem_bw_bytes_s * eff_mem
+    )
 
 
 def decode_attention_per_token_s(
@@ -137,6 +183,12 @@ def decode_attention_per_token_s(
 # The datasheet's `arch` says which (a calibrated or user device keeps its base GPU's arch).
 ATTN_TILE_M = 128
 _TILE_M_64_ARCHS = frozenset({"sm86", "sm89", "sm120"})
+
+
+# How sharply same-wave GQA sharing is lost past `attn_kv_reach_bytes`: the RTX PRO 6000 profiles
+# keep the full share (hit ~0.66 at 64 decodes) up to 4.6 GB of decode KV and lose half of it by
+# 6.9 GB; 8 fits them better in-sample than the 4 used before (in-sample WAPE 6.5 vs 6.7 %).
+KV_REACH_POWER = 8
 
 
 def attention_tile_m(gpu: GpuSpec) -> int:
@@ -211,7 +263,8 @@ def mixed_attention_time(
       plus the empty CTAs spread over the SMs;
     - DRAM: unique decode KV bytes `U = K*ctx*2*hd*d`, re-read by the `G-1` sibling query heads
       of each KV head except for the hit fraction `h` = `attn_l2_reuse` x the larger of
-      (a) same-wave sharing `1 - seqs/SMs` (fading once `U` passes `attn_kv_reach_bytes`) and
+      (a) same-wave sharing `1 - seqs/SMs` (lost within a short span of `U` around
+      `attn_kv_reach_bytes`: `1 / (1 + (U / reach)^KV_REACH_POWER)`) and
       (b) L2 persistence `min(1, attn_l2_frac * L2 / one head's pass)^2` (only part of the L2
       keeps a pass: the profiles lose the sibling hits from about 0.8 x L2, not at 1 x L2);
       the prefill chunks' own time `prefill_s` adds to this bound too (their CTAs hold SMs the
@@ -243,7 +296,7 @@ def mixed_attention_time(
     unique = kv_heads * decode_ctx * kv_head_tok
     one_pass = np.maximum(decode_ctx * kv_head_tok, 1.0)
     same_wave = np.clip(1.0 - (num_decode + 1.0) / sms, 0.0, 1.0) / (
-        1.0 + (unique / eff.attn_kv_reach_bytes) ** 4
+        1.0 + (unique / eff.attn_kv_reach_bytes) ** KV_REACH_POWER
     )
     in_l2 = np.minimum(1.0, eff.attn_l2_frac * gpu.l2_bytes / one_pass) ** 2
     hit = min(eff.attn_l2_reuse, 1.0) * np.maximum(same_wave, in_l2)
@@ -283,7 +336,7 @@ def mixed_attention_time_scalar(
     unique = kv_heads * decode_ctx * kv_head_tok
     one_pass = max(decode_ctx * kv_head_tok, 1.0)
     reach = unique / eff.attn_kv_reach_bytes
-    same_wave = min(max(1.0 - (num_decode + 1.0) / sms, 0.0), 1.0) / (1.0 + reach**4)
+    same_wave = min(max(1.0 - (num_decode + 1.0) / sms, 0.0), 1.0) / (1.0 + reach**KV_REACH_POWER)
     in_l2 = min(1.0, eff.attn_l2_frac * gpu.l2_bytes / one_pass) ** 2
     hit = min(eff.attn_l2_reuse, 1.0) * max(same_wave, in_l2)
     t_dram = (

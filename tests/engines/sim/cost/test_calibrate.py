@@ -71,6 +71,17 @@ def test_leave_one_device_out_scores_only_measured_groups(sets: list[ProfileSet]
     assert linear is not None and linear < unfitted(sets, _gpu).wape("RTX PRO 6000", "linear")  # type: ignore[operator]
 
 
+def test_datacenter_gpus_transfer_within_the_goal(sets: list[ProfileSet]) -> None:
+    # an A100 or H100 scored with factors fitted on the other devices only (issue 17: < 10 %)
+    table = leave_one_device_out(sets, _gpu)
+    for device in ("A100-80GB", "H100"):
+        wape = table.wape(device)
+        assert wape is not None and wape < 0.10, (device, wape)
+    # vLLM's fused kernels were measured on RTX PRO 6000 only: never scored elsewhere
+    assert table.wape("A100-80GB", "op:add_norm") is None
+    assert table.wape("RTX PRO 6000", "op:add_norm") is None
+
+
 def test_loader_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_profiles(tmp_path / "nope")
