@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 VLLM_LOCK := requirements-vllm.lock
 
-.PHONY: demo test test-unit test-fast vllm-env lint typecheck clean venv sandbox-deps
+.PHONY: demo test test-unit test-fast vllm-env lint typecheck clean venv sandbox-deps postgres-deps
 
 venv: $(STAMP)
 
@@ -39,10 +39,26 @@ sandbox-deps:
 	      "install the 'bubblewrap' package, or code-test tools refuse untrusted code"; \
 	  fi; }
 
+# The PostgreSQL ledger / Prefect tests start a private server from Debian's `postgresql`
+# package (binaries only; no system service is used). Installed like bubblewrap when root can;
+# elsewhere those tests skip, naming the package (CI sets MASERVE_REQUIRE_POSTGRES: they must run).
+postgres-deps:
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing postgresql (server binaries for the PostgreSQL tests)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q postgresql >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; } || \
+	    echo "warning: could not install postgresql; the PostgreSQL tests will skip"; \
+	  else \
+	    echo "note: PostgreSQL server binaries not found and not installable here (needs root and" \
+	      "apt-get): install the 'postgresql' package, or the PostgreSQL tests skip"; \
+	  fi; }
+
 demo: $(STAMP) sandbox-deps
 	$(BIN)/python -m maserve_prefect.demo
 
-test: $(STAMP) sandbox-deps
+test: $(STAMP) sandbox-deps postgres-deps
 	VLLM_PY="$$($(BIN)/python -m maserve_prefect.engines.vllm.venv --lock $(VLLM_LOCK))" && \
 	MASERVE_VLLM_PYTHON="$$VLLM_PY" $(BIN)/python -m pytest tests
 

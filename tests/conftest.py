@@ -10,12 +10,18 @@ whatever else is collected with it.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # imported inside the fixtures, after the Prefect settings below are set
+    from maserve_prefect.postgres_server import LocalPostgres
 
 # Prefect reads its settings at import: keep tests off the user's ~/.prefect and quiet.
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="maserve-test-prefect-"))
@@ -46,15 +52,6 @@ def shared_data() -> Path:
 PREFECT_FIXTURE = "prefect_api"
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the marker must be there by then
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that needs the Prefect server (directly or through another fixture,
-    `usefixtures` included) `prefect`, so `-m "not prefect"` is the fast loop."""
-    for item in items:
-        if PREFECT_FIXTURE in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.prefect)
-
-
 @pytest.fixture(scope="session")
 def prefect_api() -> Iterator[None]:
     """A temporary local Prefect server (real API, temporary database) for the whole session."""
@@ -62,3 +59,63 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+POSTGRES_FIXTURE = "local_postgres"
+REQUIRE_POSTGRES = "MASERVE_REQUIRE_POSTGRES"
+"""Set by `make test`: a missing PostgreSQL server fails its tests instead of skipping them."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the markers must be there by then
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests that need the Prefect server `prefect`, and those that need PostgreSQL
+    `postgres` (directly or through another fixture), so `-m` can select either loop."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if PREFECT_FIXTURE in names:
+            item.add_marker(pytest.mark.prefect)
+        if POSTGRES_FIXTURE in names:
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def local_postgres() -> Iterator[LocalPostgres]:
+    """A real PostgreSQL server (Debian's binaries) in a temporary cluster, for the session."""
+    from maserve_prefect.postgres_server import INSTALL_HINT, LocalPostgres, find_bin_dir
+
+    if find_bin_dir() is None:
+        why = f"PostgreSQL server binaries not found; {INSTALL_HINT}"
+        if os.environ.get(REQUIRE_POSTGRES):
+            pytest.fail(f"{why} ({REQUIRE_POSTGRES} is set)")
+        pytest.skip(why)
+    root = Path(tempfile.mkdtemp(prefix="maserve-pg-"))
+    server = LocalPostgres.start(root)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(local_postgres: LocalPostgres) -> str:
+    """A new, empty database on the session's PostgreSQL server (psycopg URL)."""
+    return local_postgres.create_database(f"t_{uuid.uuid4().hex[:16]}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    """An empty ledger database: in-memory SQLite, then a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return "sqlite://"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture(params=["sqlite-file", "postgresql"])
+def durable_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty ledger database that outlives its process: a SQLite file, then PostgreSQL."""
+    if request.param == "sqlite-file":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url

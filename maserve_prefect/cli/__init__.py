@@ -59,11 +59,22 @@ app = typer.Typer(
 
 
 def _mount() -> None:
-    from maserve_prefect.cli import bench_cmd, replay_cmd, run_cmd, server_cmd, sim_cmd, trace_cmd
+    from maserve_prefect.cli import (
+        bench_cmd,
+        ledger_cmd,
+        replay_cmd,
+        run_cmd,
+        server_cmd,
+        sim_cmd,
+        trace_cmd,
+    )
 
     app.add_typer(trace_cmd.app, name="trace", help="Semantic Trace: import, export, stats.")
     app.add_typer(sim_cmd.app, name="sim", help="The embedded vLLM-v1 simulator.")
     app.add_typer(server_cmd.app, name="server", help="The local Prefect server: start, stop.")
+    app.add_typer(
+        ledger_cmd.app, name="ledger", help="The trace ledger's database: status, migrate."
+    )
     app.command("run")(run_cmd.run_cmd)
     app.command("replay")(replay_cmd.replay_cmd)
     app.add_typer(

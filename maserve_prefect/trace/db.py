@@ -30,11 +30,11 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
-from sqlmodel import SQLModel, create_engine
+from sqlmodel import create_engine
 
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.settings import get_settings, private_dir, private_file
-from maserve_prefect.trace.tables import LEDGER_TABLES
+from maserve_prefect.trace.schema import ensure_schema
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -87,7 +87,11 @@ def make_engine(url: str | URL | None = None, *, echo: bool = False) -> Engine:
     engine = create_engine(parsed, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         _install_sqlite_pragmas(engine, wal=not is_memory_sqlite(parsed))
-    create_tables(engine)
+    try:
+        create_tables(engine)
+    except BaseException:
+        engine.dispose()
+        raise
     return engine
 
 
@@ -97,8 +101,12 @@ def memory_engine() -> Engine:
 
 
 def create_tables(engine: Engine) -> None:
-    """Create the ledger tables that are missing (never alters or drops existing ones)."""
-    SQLModel.metadata.create_all(engine, tables=[t.__table__ for t in LEDGER_TABLES])  # type: ignore[attr-defined]
+    """Create missing ledger tables and upgrade an older schema in place (`trace.schema`).
+
+    Raises:
+        LedgerSchemaError: the database's schema is newer than this code (nothing written).
+    """
+    ensure_schema(engine)
 
 
 def _install_sqlite_pragmas(engine: Engine, *, wal: bool) -> None:

@@ -17,8 +17,8 @@ Prefect ids live beside the records, not in them: `begin_run(..., flow_run_id=)`
 So does a tool op's measured wall duration (`append_op(..., tool_wall_s=)`, read back with
 `tool_wall_times`): the record's `tool_duration_s` is on the run's clock.
 
-Opening a ledger creates missing tables and adds columns that a database created by an earlier
-version lacks (`trace.tables.upgrade_tables`).
+Opening a ledger creates missing tables, upgrades a database written by an earlier version in
+place, and refuses one written by a later version (`trace.schema`).
 
 All methods are thread-safe (the task runner calls them from worker threads); one lock
 serializes database access, which SQLite serializes anyway. The tables are `trace.tables`, the
@@ -75,7 +75,6 @@ from maserve_prefect.trace.tables import (
     op_rows,
     payload_refs,
     sample_row,
-    upgrade_tables,
 )
 
 __all__ = ["Ledger", "PrefectLink", "RunInfo", "RunStatus", "SampleLike"]
@@ -97,11 +96,10 @@ class Ledger:
     def __init__(self, db: str | URL | Engine, cas: BlobStore) -> None:
         self._owns_engine = not isinstance(db, Engine)
         if isinstance(db, Engine):
-            create_tables(db)  # a caller's engine may be fresh; creating is a no-op otherwise
+            create_tables(db)  # a caller's engine may be fresh or old: create / upgrade it
             self.engine: Engine = db
         else:
             self.engine = make_engine(db)
-        upgrade_tables(self.engine)
         self.cas = cas
         self._lock = threading.RLock()
         self.crashed = self.mark_crashed_runs()

@@ -18,9 +18,9 @@ across deterministic runs. For the same reason a tool op's measured wall duratio
 `OpRow` (`tool_wall_s`) and not a field of the record: the record's `tool_duration_s` is on the
 run's clock (virtual on the simulator), the wall time varies from run to run.
 
-Schema changes: `create_all` creates missing tables but never alters an existing one, so a column
-added to a table after its first release is listed in `ADDED_COLUMNS` (nullable, so rows written
-before it read as None) and `upgrade_tables` adds it to databases created before.
+Schema changes: a column added to a table after its first release is nullable (rows written
+before it read as None) and is a `Migration` in `trace.schema`, which stamps the database's
+schema version and upgrades older databases in place.
 
 Naming: `XBase` holds the columns, `XRow(XBase, table=True)` adds keys (the SQLModel docs'
 pattern; `Row` avoids clashing with `sqlmodel.Session` and the record models). Table names carry
@@ -29,9 +29,7 @@ a `trace_` prefix so they share a database with other parts of the project.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Text, UniqueConstraint, inspect
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from maserve_prefect.trace.model import EngineSample, OpRecord
@@ -231,38 +229,6 @@ LEDGER_TABLES: tuple[type[SQLModel], ...] = (
     PrefectLinkRow,
 )
 """Every ledger table, parents first (the order `create_all` / deletes rely on)."""
-
-ADDED_COLUMNS: tuple[tuple[type[SQLModel], str], ...] = (
-    (OpRow, "tool_wall_s"),
-    (RunRow, "owner"),
-)
-"""`(table, column)` added after the table's first release, oldest first (see `upgrade_tables`)."""
-
-
-def upgrade_tables(engine: Engine) -> list[str]:
-    """Add the `ADDED_COLUMNS` an existing database lacks; return each added as "table.column".
-
-    Tables are created first (`trace.db.create_tables`); this only alters tables that predate a
-    column. Two processes may open an old database at once: a column the other one added in
-    between is not an error.
-    """
-    added: list[str] = []
-    for model, name in ADDED_COLUMNS:
-        table = model.__table__  # type: ignore[attr-defined]
-        if name in {c["name"] for c in inspect(engine).get_columns(table.name)}:
-            continue
-        prep = engine.dialect.identifier_preparer
-        column_type = table.c[name].type.compile(dialect=engine.dialect)
-        sql = f"ALTER TABLE {prep.quote(table.name)} ADD COLUMN {prep.quote(name)} {column_type}"
-        try:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(sql)
-        except DBAPIError:
-            if name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
-                raise
-            continue  # another process added it first
-        added.append(f"{table.name}.{name}")
-    return added
 
 
 def payload_refs(op: OpRecord) -> list[tuple[str, int, str]]:

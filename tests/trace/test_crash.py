@@ -1,7 +1,7 @@
 """Crash safety of the ledger: a process SIGKILLed after N appends leaves N complete ops.
 
 A child process appends ops one by one (each consuming its predecessor's output) to a
-file-backed SQLite ledger and prints the count after each `append_op` returns. The parent waits
+ledger (a SQLite file, then PostgreSQL) and prints the count after each `append_op` returns. The parent waits
 (polling, bounded) until N appends are reported, kills the child with SIGKILL mid-stream, reopens
 the ledger, and checks that every reported op is readable, that at most the one in-flight op more
 is there, and that every readable op is whole: its edges and payload refs are all present and its
@@ -79,8 +79,10 @@ def read_counts_until(proc: subprocess.Popen[bytes], target: int) -> int:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
-def test_sigkill_after_n_appends_leaves_n_complete_ops(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+def test_sigkill_after_n_appends_leaves_n_complete_ops(
+    tmp_path: Path, durable_ledger_url: str
+) -> None:
+    url = durable_ledger_url
     cas_dir = tmp_path / "cas"
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, url, str(cas_dir)],

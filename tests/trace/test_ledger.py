@@ -38,7 +38,7 @@ from maserve_prefect.trace.tables import EdgeRow, PayloadRefRow
 from maserve_prefect.trace.validate import validate_trace
 
 
-def make_ledger(url: str = "sqlite://", cas: MemoryStore | None = None) -> Ledger:
+def make_ledger(url: str, cas: MemoryStore | None = None) -> Ledger:
     return Ledger(url, cas if cas is not None else MemoryStore())
 
 
@@ -78,8 +78,8 @@ def started(ledger: Ledger, trace_id: str = "t1") -> Ledger:
     return ledger
 
 
-def test_load_trace_reproduces_exactly_what_was_appended() -> None:
-    ledger = started(make_ledger())
+def test_load_trace_reproduces_exactly_what_was_appended(ledger_url: str) -> None:
+    ledger = started(make_ledger(ledger_url))
     prompt = b'[{"role":"user","content":"solve"}]'
     ops = [
         make_op(0, out=b"draft", input_refs=(sha256_hex(prompt),)),
@@ -101,8 +101,8 @@ def test_load_trace_reproduces_exactly_what_was_appended() -> None:
     assert ledger.cas.get(trace.ops[2].output_ref or "") == b"final"
 
 
-def test_edges_and_payload_refs_are_indexed_in_the_same_transaction() -> None:
-    ledger = started(make_ledger())
+def test_edges_and_payload_refs_are_indexed_in_the_same_transaction(ledger_url: str) -> None:
+    ledger = started(make_ledger(ledger_url))
     ledger.append_op("t1", make_op(0, out=b"x"), payloads={sha256_hex(b"x"): b"x"})
     ledger.append_op("t1", make_op(1, (0, EdgeKind.DATA)))
     with Session(ledger.engine) as s:
@@ -112,8 +112,8 @@ def test_edges_and_payload_refs_are_indexed_in_the_same_transaction() -> None:
     assert refs == [("r0/op0", "output", sha256_hex(b"x"))]
 
 
-def test_failed_attempt_then_retry_are_both_kept() -> None:
-    ledger = started(make_ledger())
+def test_failed_attempt_then_retry_are_both_kept(ledger_url: str) -> None:
+    ledger = started(make_ledger(ledger_url))
     ledger.append_op("t1", make_op(0, status=OpStatus.FAILED, error="timeout"))
     ledger.append_op("t1", make_op(0, attempt=2))
     ops = ledger.load_trace("t1").ops
@@ -134,8 +134,10 @@ def test_failed_attempt_then_retry_are_both_kept() -> None:
         (OpRecord(op_id="x", root_id="ghost", kind=OpKind.TOOL), r"root 'ghost'.*add_root"),
     ],
 )
-def test_bad_appends_are_refused_naming_the_op_and_leave_nothing(op: OpRecord, match: str) -> None:
-    ledger = started(make_ledger())
+def test_bad_appends_are_refused_naming_the_op_and_leave_nothing(
+    op: OpRecord, match: str, ledger_url: str
+) -> None:
+    ledger = started(make_ledger(ledger_url))
     ledger.append_op("t1", make_op(0))
     with pytest.raises(TraceValidationError, match=match):
         ledger.append_op("t1", op)
@@ -144,16 +146,16 @@ def test_bad_appends_are_refused_naming_the_op_and_leave_nothing(op: OpRecord, m
         assert s.exec(select(EdgeRow)).all() == []
 
 
-def test_payload_with_wrong_digest_key_is_refused() -> None:
-    ledger = started(make_ledger())
+def test_payload_with_wrong_digest_key_is_refused(ledger_url: str) -> None:
+    ledger = started(make_ledger(ledger_url))
     op = make_op(0, out=b"real")
     with pytest.raises(IntegrityError, match="hashes to"):
         ledger.append_op("t1", op, payloads={sha256_hex(b"real"): b"other"})
     assert ledger.load_trace("t1").ops == []
 
 
-def test_unknown_run_and_duplicate_run() -> None:
-    ledger = started(make_ledger())
+def test_unknown_run_and_duplicate_run(ledger_url: str) -> None:
+    ledger = started(make_ledger(ledger_url))
     with pytest.raises(TraceNotFoundError, match=r"'nope'.*begin_run"):
         ledger.load_trace("nope")
     with pytest.raises(TraceNotFoundError):
@@ -164,8 +166,8 @@ def test_unknown_run_and_duplicate_run() -> None:
         ledger.add_root("t1", RootRecord(root_id="r0"))
 
 
-def test_list_runs_finish_and_prefect_links() -> None:
-    ledger = started(make_ledger())
+def test_list_runs_finish_and_prefect_links(ledger_url: str) -> None:
+    ledger = started(make_ledger(ledger_url))
     started(ledger, "t2")
     ledger.begin_run(
         Manifest(trace_id="t3", created_at="2000-01-01T00:00:00+00:00"), flow_run_id="fr-9"
@@ -192,8 +194,8 @@ def test_list_runs_finish_and_prefect_links() -> None:
     assert "fr-1" not in ledger.load_trace("t1").model_dump_json()
 
 
-def test_append_samples_accepts_tuples_in_bulk() -> None:
-    ledger = started(make_ledger())
+def test_append_samples_accepts_tuples_in_bulk(ledger_url: str) -> None:
+    ledger = started(make_ledger(ledger_url))
     n = ledger.append_samples(
         "t1", [("rep0", i * 0.1, "vllm:num_requests_running", i) for i in range(500)]
     )
@@ -206,8 +208,8 @@ def test_append_samples_accepts_tuples_in_bulk() -> None:
     assert ledger.append_samples("t1", []) == 0
 
 
-def test_concurrent_appends_from_threads_are_all_recorded() -> None:
-    ledger = started(make_ledger())
+def test_concurrent_appends_from_threads_are_all_recorded(ledger_url: str) -> None:
+    ledger = started(make_ledger(ledger_url))
     ledger.append_op("t1", make_op(0))
     errors: list[BaseException] = []
 

@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 from sqlmodel import Session
 
@@ -42,8 +41,8 @@ def test_owner_of_this_process_is_alive_and_a_reaped_child_is_not() -> None:
     assert owner_alive(f"not-{socket.gethostname()}|{boot}|1|1") is None  # cannot tell
 
 
-def test_opening_the_ledger_marks_runs_of_dead_owners_crashed(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+def test_opening_the_ledger_marks_runs_of_dead_owners_crashed(durable_ledger_url: str) -> None:
+    url = durable_ledger_url
     with Ledger(url, MemoryStore()) as ledger:
         for tid in ("mine", "dead", "elsewhere", "old"):
             ledger.begin_run(Manifest(trace_id=tid))

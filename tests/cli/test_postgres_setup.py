@@ -1,0 +1,62 @@
+"""The shared set-up on a real PostgreSQL server: the Prefect server's database
+(`PREFECT_API_DATABASE_CONNECTION_URL`, asyncpg) and the trace ledger (`--ledger`, psycopg)
+both on it. `maserve run` starts the managed Prefect server on PostgreSQL, records a native run,
+and checks ops ↔ task runs one to one (exit 3 otherwise); the test then counts both in
+PostgreSQL itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from maserve_prefect.postgres_server import LocalPostgres
+from maserve_prefect.trace.cas import MemoryStore
+from maserve_prefect.trace.ledger import Ledger
+
+RUN_TIMEOUT_S = 600
+
+
+@pytest.mark.slow
+def test_prefect_server_and_ledger_both_on_postgresql(
+    local_postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    ledger_url = local_postgres.create_database("shared_ledger")
+    local_postgres.create_database("shared_prefect")
+    prefect_db = local_postgres.url("shared_prefect", driver="asyncpg")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    env.update(
+        MASERVE_HOME=str(tmp_path / "home"),
+        PREFECT_HOME=str(tmp_path / "prefect-client"),
+        PREFECT_API_DATABASE_CONNECTION_URL=prefect_db,
+    )
+    cli = [str(Path(sys.executable).with_name("maserve"))]
+    out = str(tmp_path / "bundle")
+    try:
+        run = subprocess.run(
+            [*cli, "run", "fork_join", "--users", "2", "--ledger", ledger_url, "--out", out],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+    finally:
+        subprocess.run([*cli, "server", "stop"], env=env, capture_output=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    with Ledger(ledger_url, MemoryStore()) as ledger:
+        (info,) = ledger.list_runs()
+        ops = ledger.load_trace(info.trace_id).ops
+    assert ledger_url.startswith("postgresql+psycopg://") and len(ops) > 0
+    dsn = f"host=127.0.0.1 port={local_postgres.port} user=maserve dbname=shared_prefect"
+    with psycopg.connect(dsn) as conn:
+        flow_run = conn.execute("SELECT count(*) FROM flow_run").fetchone()
+        task_runs = conn.execute(
+            "SELECT count(*) FROM task_run WHERE state_type = 'COMPLETED'"
+        ).fetchone()
+    assert flow_run is not None and flow_run[0] >= 1
+    assert task_runs is not None and task_runs[0] == len(ops)  # Prefect's history is in PostgreSQL
