@@ -10,25 +10,39 @@ judge); pass iff every check passes; score = passed checks / all checks.
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 
-- `coder`: median 420 tokens, sigma 0.6, clip [60, 2000]
-- `critic`: median 220 tokens, sigma 0.5, clip [30, 900]
-- `default`: median 250 tokens, sigma 0.5, clip [20, 1200]
-- `judge`: median 100 tokens, sigma 0.4, clip [10, 400]
-- `solver`: median 420 tokens, sigma 0.6, clip [60, 2000]
-- `verifier`: median 90 tokens, sigma 0.4, clip [10, 400]
+- `coder`: median 3530 tokens, sigma 0.6, clip [500, 8192]
+- `critic`: median 1850 tokens, sigma 0.5, clip [250, 7560]
+- `default`: median 2100 tokens, sigma 0.5, clip [170, 8192]
+- `judge`: median 840 tokens, sigma 0.4, clip [80, 3360]
+- `solver`: median 3530 tokens, sigma 0.6, clip [500, 8192]
+- `verifier`: median 760 tokens, sigma 0.4, clip [80, 3360]
 - accept by round: 0.3, 0.55, 0.75
 - converge by round: 0.25, 0.5, 0.7
 - spawn weights (1..n children): 0.2, 0.4, 0.3, 0.1
 - vote agreement: 0.6
-- context: reference 500 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+- answer share: 0.17 of each output is delivered (the rest is reasoning, generated but not delivered)
+- context: reference 714 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
 
 Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
-`default` outputs): a coder or repairer given longer code and test output writes a longer
-revision, and the refinement loop's critic given the whole failing code accepts more often than
-one given an excerpt. A call given nothing writes x0.81 of the median, one given 1,500 delivered
-tokens x1.23; every draw is seeded by the call's prompt digest, so Full vs Selected delivery
-changes downstream work natively. Modeled, not measured: a real engine (`--content engine`) is
-the reference.
+delivered `default` answers): a coder or repairer given longer code and test output writes a longer
+revision, and the refinement loop's critic given the whole failing code accepts more often than one
+given an excerpt. A call given nothing writes x0.81 of the median, one given 2,100 delivered tokens
+x1.23; every draw is seeded by the call's prompt digest, so Full vs Selected delivery changes
+downstream work natively. Modeled, not measured: a real engine (`--content engine`) is the
+reference.
+
+Lengths (issue 16) — fitted to the paper's stated demand population, never to a finding's result:
+every role class's median and clip are this binding's earlier answer lengths x8.4 (clip capped at
+8,192), and 0.17 of each output is the delivered answer (`answer share`; the rest models Qwen3's
+thinking tokens, generated but not delivered). Scale and share are the two values with which App.
+G.5's population (62 Loop roots over math / research / science_qa, one Spawn, one Fork-Join)
+realizes its stated per-call work: "Three blocks retain 134 calls each, with input/output totals of
+92,409/352,227, 92,050/351,748, and 92,389/350,113 tokens" — 2,622 output and 689 input tokens per
+call; ours 2,603 / 694 (`benchmarks/demand_population.py`). The paper states no per-call figure on
+the 910C for this binding's domain, so it takes the same scale and share as the G.5 bindings (G.5
+is the one stated per-call population on Qwen3-8B / 910C). A call's output is capped, as vLLM caps
+it, at its `max_tokens` and at the max model length less its input (8,192 on the paper's 910C pool;
+`tasks.model.capped_output`).
 """
 
 from __future__ import annotations
@@ -44,7 +58,7 @@ from maserve_prefect.bindings.base import (
     provenance,
     role_prompts,
 )
-from maserve_prefect.bindings.content import ContentProfile, LengthDist
+from maserve_prefect.bindings.content import QWEN3_ANSWER_SHARE, ContentProfile, LengthDist
 
 from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
 from maserve_prefect.tools.sandbox import run_python_tests
@@ -99,17 +113,18 @@ class CodeBinding(ShippedBinding):
     )
     content_profile = ContentProfile(
         lengths={
-            "coder": LengthDist(420, 0.6, 60, 2000),
-            "solver": LengthDist(420, 0.6, 60, 2000),
-            "critic": LengthDist(220, 0.5, 30, 900),
-            "verifier": LengthDist(90, 0.4, 10, 400),
-            "judge": LengthDist(100, 0.4, 10, 400),
-            "default": LengthDist(250, 0.5, 20, 1200),
+            "coder": LengthDist(3530, 0.6, 500, 8192),
+            "solver": LengthDist(3530, 0.6, 500, 8192),
+            "critic": LengthDist(1850, 0.5, 250, 7560),
+            "verifier": LengthDist(760, 0.4, 80, 3360),
+            "judge": LengthDist(840, 0.4, 80, 3360),
+            "default": LengthDist(2100, 0.5, 170, 8192),
         },
         accept_by_round=(0.3, 0.55, 0.75),
         converge_by_round=(0.25, 0.5, 0.7),
         spawn_weights=(0.2, 0.4, 0.3, 0.1),
         vote_agreement=0.6,
+        answer_share=QWEN3_ANSWER_SHARE,
     ).responsive()
 
     def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:

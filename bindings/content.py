@@ -30,10 +30,19 @@ or voter given other context decides anew; their probabilities do not shift). Wi
 function of binding, seed, root and op). A model on a real engine (`--content engine`)
 generates from what it was given and stays the reference; these responses are modeled.
 
+Reasoning and answer (issue 16): a profile's `answer_share` is the share of each generated
+output that is the delivered answer — the artifact's text, what downstream calls are given; the
+rest models Qwen3's thinking tokens, which are generated (decode steps, KV residency, the output
+count) but stripped from what is delivered, as Qwen3's chat template and its reasoning parser
+do. The paper's Qwen3-8B / 910C population generates 3.8x more output than it reads (App. G.5:
+2,622 output vs 689 input tokens per call), which only a delivered answer much shorter than the
+generation can give. `answer_tokens(n)` is `max(1, round(answer_share * n))`; share 1 (the
+default) delivers everything.
+
 Every shipped binding responds the same way (`ContentProfile.responsive`, one shared response,
 `ContextResponse.standard`): length elasticity 0.3, accept slope 1, converge slope 0.5, and a
-reference of two upstream outputs at the binding's `default` median unless the binding states
-its own; each binding's docstring quotes its line. What is modeled is therefore the *direction
+reference of two delivered upstream answers at the binding's `default` median (times its answer
+share) unless the binding states its own; each binding's docstring quotes its line. What is modeled is therefore the *direction
 and size* of the response (a call given twice the reference writes x1.23, one given nothing
 x0.81; acceptance odds x2 per doubling), not any measured text.
 
@@ -110,6 +119,11 @@ class Given:
     digest: str
 
 
+QWEN3_ANSWER_SHARE = 0.17
+"""Answer share of every shipped binding (`ContentProfile.answer_share`), fitted with the length
+scale to App. G.5's stated per-call figures (689 input, 2,622 output tokens per call on the
+paper's Qwen3-8B / 910C population; `benchmarks/demand_population.py` prints the fit)."""
+
 STANDARD_ELASTICITY = 0.3
 """Length elasticity of the shared context response (`ContextResponse.standard`): twice the
 delivered context (around the reference) gives a median about 1.23x longer."""
@@ -118,8 +132,9 @@ STANDARD_ACCEPT_SLOPE = 1.0
 STANDARD_CONVERGE_SLOPE = 0.5
 """Log-odds shift of debate convergence per unit log scale of delivered context (shared)."""
 REFERENCE_OUTPUTS = 2.0
-"""The shared response's default reference: this many upstream outputs at the binding's
-`default` median (a synthesizer gets two analyses; a critic gets a draft and the task)."""
+"""The shared response's default reference: this many delivered upstream answers at the
+binding's `default` median times its answer share (a synthesizer gets two analyses; a critic
+gets a draft and the task)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,22 +167,28 @@ class ContextResponse:
 
     @classmethod
     def standard(
-        cls, lengths: Mapping[str, LengthDist], reference_tokens: float | None = None
+        cls,
+        lengths: Mapping[str, LengthDist],
+        reference_tokens: float | None = None,
+        answer_share: float = 1.0,
     ) -> ContextResponse:
         """The shared response every shipped binding uses (module docstring): length elasticity
         `STANDARD_ELASTICITY`, accept slope `STANDARD_ACCEPT_SLOPE`, converge slope
-        `STANDARD_CONVERGE_SLOPE`; the reference is `reference_tokens`, else two upstream
-        outputs at the `default` role class's median (what a synthesizer or critic is
-        typically given).
+        `STANDARD_CONVERGE_SLOPE`; the reference is `reference_tokens`, else two delivered
+        upstream answers (`answer_share` of the `default` role class's median each: what a
+        synthesizer or critic is typically given).
 
         Examples:
             >>> r = ContextResponse.standard({"default": LengthDist(250, 0.5, 20, 1000)})
             >>> r.reference_tokens, r.length_elasticity, r.accept_slope, r.converge_slope
             (500.0, 0.3, 1.0, 0.5)
+            >>> ContextResponse.standard({"default": LengthDist(2000, 0.5, 20, 8000)},
+            ...                          answer_share=0.25).reference_tokens
+            1000.0
         """
         ref = reference_tokens
         if ref is None:
-            ref = REFERENCE_OUTPUTS * float(lengths["default"].median_tokens)
+            ref = REFERENCE_OUTPUTS * float(lengths["default"].median_tokens) * answer_share
         return cls(
             reference_tokens=ref,
             length_elasticity=STANDARD_ELASTICITY,
@@ -200,6 +221,8 @@ class ContentProfile:
         spawn_weights: relative weight of spawning 1, 2, ... children (truncated at the max).
         vote_agreement: P(one voter gives the plurality answer) in a vote / ensemble.
         context: how lengths and decisions respond to what a call was given; None: they do not.
+        answer_share: share of each generated output delivered as the artifact's text (the
+            rest is reasoning, generated but stripped; module docstring), in (0, 1].
     """
 
     lengths: Mapping[str, LengthDist]
@@ -208,6 +231,7 @@ class ContentProfile:
     spawn_weights: tuple[float, ...] = (0.15, 0.35, 0.3, 0.2)
     vote_agreement: float = 0.7
     context: ContextResponse | None = None
+    answer_share: float = 1.0
 
     def __post_init__(self) -> None:
         if "default" not in self.lengths:
@@ -215,12 +239,19 @@ class ContentProfile:
         _check_probs("accept_by_round", self.accept_by_round)
         _check_probs("converge_by_round", self.converge_by_round)
         _check_probs("vote_agreement", (self.vote_agreement,))
+        if not 0.0 < self.answer_share <= 1.0:
+            raise ConfigError(
+                f"content profile answer_share must be in (0, 1], got {self.answer_share}"
+            )
         if not self.spawn_weights or min(self.spawn_weights) < 0 or sum(self.spawn_weights) <= 0:
             raise ConfigError("content profile spawn_weights must be non-negative, not all zero")
 
     def responsive(self, reference_tokens: float | None = None) -> ContentProfile:
         """This profile with the shared context response (`ContextResponse.standard`)."""
-        return replace(self, context=ContextResponse.standard(self.lengths, reference_tokens))
+        return replace(
+            self,
+            context=ContextResponse.standard(self.lengths, reference_tokens, self.answer_share),
+        )
 
     def describe(self) -> list[str]:
         """One line per documented distribution (the binding docstrings quote these lines)."""
@@ -235,6 +266,10 @@ class ContentProfile:
             f"spawn weights (1..n children): {', '.join(f'{w:g}' for w in self.spawn_weights)}"
         )
         lines.append(f"vote agreement: {self.vote_agreement:g}")
+        lines.append(
+            f"answer share: {self.answer_share:g} of each output is delivered "
+            "(the rest is reasoning, generated but not delivered)"
+        )
         lines.append(
             self.context.describe()
             if self.context is not None
@@ -356,6 +391,13 @@ class ContentModel:
         agree = rng.random(num_voters) < self.profile.vote_agreement
         alternatives = rng.integers(1, 3, num_voters)
         return [0 if a else int(alt) for a, alt in zip(agree, alternatives, strict=True)]
+
+    def answer_tokens(self, num_output_tokens: int) -> int:
+        """The delivered answer's length of an output of `num_output_tokens` (module docstring:
+        the rest is reasoning, generated but not delivered); 0 for an empty output."""
+        if num_output_tokens <= 0:
+            return 0
+        return max(1, round(self.profile.answer_share * num_output_tokens))
 
     def payload_text(self, num_tokens: int, *, root: str, op: str) -> str:
         """Synthetic output text of the realized length for op (`root`, `op`)."""

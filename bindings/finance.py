@@ -8,25 +8,39 @@ the tests recompute every answer from the formulas. Evaluation: the final number
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 
-- `analyst`: median 320 tokens, sigma 0.5, clip [40, 1200]
-- `critic`: median 200 tokens, sigma 0.5, clip [20, 800]
-- `default`: median 200 tokens, sigma 0.5, clip [20, 1000]
-- `judge`: median 110 tokens, sigma 0.4, clip [20, 500]
-- `solver`: median 280 tokens, sigma 0.5, clip [40, 1200]
-- `verifier`: median 140 tokens, sigma 0.5, clip [20, 600]
-- `writer`: median 260 tokens, sigma 0.5, clip [40, 1000]
+- `analyst`: median 2690 tokens, sigma 0.5, clip [340, 8192]
+- `critic`: median 1680 tokens, sigma 0.5, clip [170, 6720]
+- `default`: median 1680 tokens, sigma 0.5, clip [170, 8192]
+- `judge`: median 920 tokens, sigma 0.4, clip [170, 4200]
+- `solver`: median 2350 tokens, sigma 0.5, clip [340, 8192]
+- `verifier`: median 1180 tokens, sigma 0.5, clip [170, 5040]
+- `writer`: median 2180 tokens, sigma 0.5, clip [340, 8192]
 - accept by round: 0.4, 0.65, 0.85
 - converge by round: 0.3, 0.55, 0.8
 - spawn weights (1..n children): 0.35, 0.4, 0.25
 - vote agreement: 0.66
-- context: reference 400 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+- answer share: 0.17 of each output is delivered (the rest is reasoning, generated but not delivered)
+- context: reference 571.2 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
 
 Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
-`default` outputs): an analyst or writer given fuller upstream figures writes a longer report,
-and a verifier given the whole draft accepts more often. A call given nothing writes x0.81 of
-the median, one given 1,200 delivered tokens x1.23; every draw is seeded by the call's prompt
+delivered `default` answers): an analyst or writer given fuller upstream figures writes a longer
+report, and a verifier given the whole draft accepts more often. A call given nothing writes x0.81
+of the median, one given 1,700 delivered tokens x1.23; every draw is seeded by the call's prompt
 digest, so Full vs Selected delivery changes downstream work natively. Modeled, not measured: a
 real engine (`--content engine`) is the reference.
+
+Lengths (issue 16) — fitted to the paper's stated demand population, never to a finding's result:
+every role class's median and clip are this binding's earlier answer lengths x8.4 (clip capped at
+8,192), and 0.17 of each output is the delivered answer (`answer share`; the rest models Qwen3's
+thinking tokens, generated but not delivered). Scale and share are the two values with which App.
+G.5's population (62 Loop roots over math / research / science_qa, one Spawn, one Fork-Join)
+realizes its stated per-call work: "Three blocks retain 134 calls each, with input/output totals of
+92,409/352,227, 92,050/351,748, and 92,389/350,113 tokens" — 2,622 output and 689 input tokens per
+call; ours 2,603 / 694 (`benchmarks/demand_population.py`). The paper states no per-call figure on
+the 910C for this binding's domain, so it takes the same scale and share as the G.5 bindings (G.5
+is the one stated per-call population on Qwen3-8B / 910C). A call's output is capped, as vLLM caps
+it, at its `max_tokens` and at the max model length less its input (8,192 on the paper's 910C pool;
+`tasks.model.capped_output`).
 """
 
 from __future__ import annotations
@@ -42,7 +56,7 @@ from maserve_prefect.bindings.base import (
     provenance,
     role_prompts,
 )
-from maserve_prefect.bindings.content import ContentProfile, LengthDist
+from maserve_prefect.bindings.content import QWEN3_ANSWER_SHARE, ContentProfile, LengthDist
 
 from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
 
@@ -76,18 +90,19 @@ class FinanceBinding(ShippedBinding):
     )
     content_profile = ContentProfile(
         lengths={
-            "solver": LengthDist(280, 0.5, 40, 1200),
-            "analyst": LengthDist(320, 0.5, 40, 1200),
-            "critic": LengthDist(200, 0.5, 20, 800),
-            "verifier": LengthDist(140, 0.5, 20, 600),
-            "judge": LengthDist(110, 0.4, 20, 500),
-            "writer": LengthDist(260, 0.5, 40, 1000),
-            "default": LengthDist(200, 0.5, 20, 1000),
+            "solver": LengthDist(2350, 0.5, 340, 8192),
+            "analyst": LengthDist(2690, 0.5, 340, 8192),
+            "critic": LengthDist(1680, 0.5, 170, 6720),
+            "verifier": LengthDist(1180, 0.5, 170, 5040),
+            "judge": LengthDist(920, 0.4, 170, 4200),
+            "writer": LengthDist(2180, 0.5, 340, 8192),
+            "default": LengthDist(1680, 0.5, 170, 8192),
         },
         accept_by_round=(0.4, 0.65, 0.85),
         converge_by_round=(0.3, 0.55, 0.8),
         spawn_weights=(0.35, 0.4, 0.25),
         vote_agreement=0.66,
+        answer_share=QWEN3_ANSWER_SHARE,
     ).responsive()
 
     def evaluate(self, instance: TaskInstance, answer: Answer) -> Quality:

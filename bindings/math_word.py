@@ -6,25 +6,38 @@ Data: `data/math.jsonl`, 25 problems (id, question, integer answer, worked solut
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 
-- `critic`: median 180 tokens, sigma 0.5, clip [20, 800]
-- `debater`: median 260 tokens, sigma 0.5, clip [40, 1000]
-- `default`: median 200 tokens, sigma 0.5, clip [20, 1000]
-- `judge`: median 120 tokens, sigma 0.4, clip [20, 500]
-- `solver`: median 350 tokens, sigma 0.5, clip [40, 1500]
-- `verifier`: median 150 tokens, sigma 0.5, clip [20, 600]
-- `writer`: median 300 tokens, sigma 0.5, clip [40, 1200]
+- `critic`: median 1510 tokens, sigma 0.5, clip [170, 6720]
+- `debater`: median 2180 tokens, sigma 0.5, clip [340, 8192]
+- `default`: median 1680 tokens, sigma 0.5, clip [170, 8192]
+- `judge`: median 1010 tokens, sigma 0.4, clip [170, 4200]
+- `solver`: median 2940 tokens, sigma 0.5, clip [340, 8192]
+- `verifier`: median 1260 tokens, sigma 0.5, clip [170, 5040]
+- `writer`: median 2520 tokens, sigma 0.5, clip [340, 8192]
 - accept by round: 0.45, 0.7, 0.85
 - converge by round: 0.3, 0.6, 0.8
 - spawn weights (1..n children): 0.3, 0.4, 0.2, 0.1
 - vote agreement: 0.72
-- context: reference 400 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+- answer share: 0.17 of each output is delivered (the rest is reasoning, generated but not delivered)
+- context: reference 571.2 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
 
 Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
-`default` outputs): a judge, verifier or aggregator given the full worked solutions writes
-longer and accepts more often than one given only the final numbers. A call given nothing writes
-x0.81 of the median, one given 1,200 delivered tokens x1.23; every draw is seeded by the call's
-prompt digest, so Full vs Selected delivery changes downstream work natively. Modeled, not
+delivered `default` answers): a judge, verifier or aggregator given the full worked solutions
+writes longer and accepts more often than one given only the final numbers. A call given nothing
+writes x0.81 of the median, one given 1,700 delivered tokens x1.23; every draw is seeded by the
+call's prompt digest, so Full vs Selected delivery changes downstream work natively. Modeled, not
 measured: a real engine (`--content engine`) is the reference.
+
+Lengths (issue 16) — fitted to the paper's stated demand population, never to a finding's result:
+every role class's median and clip are this binding's earlier answer lengths x8.4 (clip capped at
+8,192), and 0.17 of each output is the delivered answer (`answer share`; the rest models Qwen3's
+thinking tokens, generated but not delivered). Scale and share are the two values with which App.
+G.5's population (62 Loop roots over math / research / science_qa, one Spawn, one Fork-Join)
+realizes its stated per-call work: "Three blocks retain 134 calls each, with input/output totals of
+92,409/352,227, 92,050/351,748, and 92,389/350,113 tokens" — 2,622 output and 689 input tokens per
+call; ours 2,603 / 694 (`benchmarks/demand_population.py`). This binding stands for G.5's GSM8K
+targets (the mapping of `mix_bg_*.yaml`), so the fit includes it. A call's output is capped, as
+vLLM caps it, at its `max_tokens` and at the max model length less its input (8,192 on the paper's
+910C pool; `tasks.model.capped_output`).
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ from maserve_prefect.bindings.base import (
     provenance,
     role_prompts,
 )
-from maserve_prefect.bindings.content import ContentProfile, LengthDist
+from maserve_prefect.bindings.content import QWEN3_ANSWER_SHARE, ContentProfile, LengthDist
 
 from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
 
@@ -79,18 +92,19 @@ class MathBinding(ShippedBinding):
     )
     content_profile = ContentProfile(
         lengths={
-            "solver": LengthDist(350, 0.5, 40, 1500),
-            "debater": LengthDist(260, 0.5, 40, 1000),
-            "critic": LengthDist(180, 0.5, 20, 800),
-            "verifier": LengthDist(150, 0.5, 20, 600),
-            "judge": LengthDist(120, 0.4, 20, 500),
-            "writer": LengthDist(300, 0.5, 40, 1200),
-            "default": LengthDist(200, 0.5, 20, 1000),
+            "solver": LengthDist(2940, 0.5, 340, 8192),
+            "debater": LengthDist(2180, 0.5, 340, 8192),
+            "critic": LengthDist(1510, 0.5, 170, 6720),
+            "verifier": LengthDist(1260, 0.5, 170, 5040),
+            "judge": LengthDist(1010, 0.4, 170, 4200),
+            "writer": LengthDist(2520, 0.5, 340, 8192),
+            "default": LengthDist(1680, 0.5, 170, 8192),
         },
         accept_by_round=(0.45, 0.7, 0.85),
         converge_by_round=(0.3, 0.6, 0.8),
         spawn_weights=(0.3, 0.4, 0.2, 0.1),
         vote_agreement=0.72,
+        answer_share=QWEN3_ANSWER_SHARE,
     ).responsive()
 
     def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:

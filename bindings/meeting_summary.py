@@ -10,23 +10,37 @@ key-point recall; pass at 0.75 (three of four points).
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 
-- `aggregator`: median 450 tokens, sigma 0.35, clip [100, 1200]
-- `critic`: median 220 tokens, sigma 0.5, clip [30, 800]
-- `default`: median 250 tokens, sigma 0.5, clip [20, 1000]
-- `summarizer`: median 320 tokens, sigma 0.35, clip [80, 900]
-- `writer`: median 400 tokens, sigma 0.4, clip [80, 1200]
+- `aggregator`: median 3780 tokens, sigma 0.35, clip [840, 8192]
+- `critic`: median 1850 tokens, sigma 0.5, clip [250, 6720]
+- `default`: median 2100 tokens, sigma 0.5, clip [170, 8192]
+- `summarizer`: median 2690 tokens, sigma 0.35, clip [670, 7560]
+- `writer`: median 3360 tokens, sigma 0.4, clip [670, 8192]
 - accept by round: 0.5, 0.75, 0.9
 - converge by round: 0.35, 0.65, 0.85
 - spawn weights (1..n children): 0.1, 0.3, 0.35, 0.25
 - vote agreement: 0.65
-- context: reference 500 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+- answer share: 0.17 of each output is delivered (the rest is reasoning, generated but not delivered)
+- context: reference 714 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
 
 Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
-`default` outputs): a summarizer given a longer transcript chunk and running summary writes a
-longer summary, and the critic given the whole summary accepts more often. A call given nothing
-writes x0.81 of the median, one given 1,500 delivered tokens x1.23; every draw is seeded by the
-call's prompt digest, so Full vs Selected delivery changes downstream work natively. Modeled,
+delivered `default` answers): a summarizer given a longer transcript chunk and running summary
+writes a longer summary, and the critic given the whole summary accepts more often. A call given
+nothing writes x0.81 of the median, one given 2,100 delivered tokens x1.23; every draw is seeded by
+the call's prompt digest, so Full vs Selected delivery changes downstream work natively. Modeled,
 not measured: a real engine (`--content engine`) is the reference.
+
+Lengths (issue 16) — fitted to the paper's stated demand population, never to a finding's result:
+every role class's median and clip are this binding's earlier answer lengths x8.4 (clip capped at
+8,192), and 0.17 of each output is the delivered answer (`answer share`; the rest models Qwen3's
+thinking tokens, generated but not delivered). Scale and share are the two values with which App.
+G.5's population (62 Loop roots over math / research / science_qa, one Spawn, one Fork-Join)
+realizes its stated per-call work: "Three blocks retain 134 calls each, with input/output totals of
+92,409/352,227, 92,050/351,748, and 92,389/350,113 tokens" — 2,622 output and 689 input tokens per
+call; ours 2,603 / 694 (`benchmarks/demand_population.py`). The paper states no per-call figure on
+the 910C for this binding's domain, so it takes the same scale and share as the G.5 bindings (G.5
+is the one stated per-call population on Qwen3-8B / 910C). A call's output is capped, as vLLM caps
+it, at its `max_tokens` and at the max model length less its input (8,192 on the paper's 910C pool;
+`tasks.model.capped_output`).
 """
 
 from __future__ import annotations
@@ -44,7 +58,7 @@ from maserve_prefect.bindings.base import (
     recall_quality,
     role_prompts,
 )
-from maserve_prefect.bindings.content import ContentProfile, LengthDist
+from maserve_prefect.bindings.content import QWEN3_ANSWER_SHARE, ContentProfile, LengthDist
 
 from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
 
@@ -99,16 +113,17 @@ class MeetingSummaryBinding(ShippedBinding):
     )
     content_profile = ContentProfile(
         lengths={
-            "summarizer": LengthDist(320, 0.35, 80, 900),
-            "aggregator": LengthDist(450, 0.35, 100, 1200),
-            "writer": LengthDist(400, 0.4, 80, 1200),
-            "critic": LengthDist(220, 0.5, 30, 800),
-            "default": LengthDist(250, 0.5, 20, 1000),
+            "summarizer": LengthDist(2690, 0.35, 670, 7560),
+            "aggregator": LengthDist(3780, 0.35, 840, 8192),
+            "writer": LengthDist(3360, 0.4, 670, 8192),
+            "critic": LengthDist(1850, 0.5, 250, 6720),
+            "default": LengthDist(2100, 0.5, 170, 8192),
         },
         accept_by_round=(0.5, 0.75, 0.9),
         converge_by_round=(0.35, 0.65, 0.85),
         spawn_weights=(0.1, 0.3, 0.35, 0.25),
         vote_agreement=0.65,
+        answer_share=QWEN3_ANSWER_SHARE,
     ).responsive()
 
     def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:

@@ -9,23 +9,35 @@ all appear); pass at 0.67.
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 
-- `critic`: median 260 tokens, sigma 0.5, clip [40, 900]
-- `default`: median 250 tokens, sigma 0.5, clip [20, 1000]
-- `planner`: median 220 tokens, sigma 0.4, clip [40, 800]
-- `researcher`: median 380 tokens, sigma 0.5, clip [60, 1500]
-- `writer`: median 650 tokens, sigma 0.4, clip [120, 2000]
+- `critic`: median 2180 tokens, sigma 0.5, clip [340, 7560]
+- `default`: median 2100 tokens, sigma 0.5, clip [170, 8192]
+- `planner`: median 1850 tokens, sigma 0.4, clip [340, 6720]
+- `researcher`: median 3190 tokens, sigma 0.5, clip [500, 8192]
+- `writer`: median 5460 tokens, sigma 0.4, clip [1010, 8192]
 - accept by round: 0.4, 0.7, 0.85
 - converge by round: 0.3, 0.6, 0.8
 - spawn weights (1..n children): 0.1, 0.3, 0.35, 0.25
 - vote agreement: 0.65
-- context: reference 600 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+- answer share: 0.17 of each output is delivered (the rest is reasoning, generated but not delivered)
+- context: reference 860 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
 
-What the context line means (`bindings.content`): a call given more delivered tokens writes
-longer (median x ((600 + d) / 1200) ** 0.3: x0.81 with nothing delivered, x1.15 at 1,300), and an
-evaluator given a longer draft accepts more often (log-odds + ln((600 + d) / 1200)); every draw
-is also seeded by the digest of the call's prompt, so Full vs Selected delivery changes the
-downstream work natively. Modeled, not measured: a real engine (`--content engine`) is the
-reference.
+What the context line means (`bindings.content`): a call given more delivered tokens writes longer
+(median x ((860 + d) / 1720) ** 0.3: x0.81 with nothing delivered, x1.15 at 1,880), and an
+evaluator given a longer draft accepts more often (log-odds + ln((860 + d) / 1720)); every draw is
+also seeded by the digest of the call's prompt, so Full vs Selected delivery changes the downstream
+work natively. Modeled, not measured: a real engine (`--content engine`) is the reference.
+
+Lengths (issue 16) — fitted to the paper's stated demand population, never to a finding's result:
+every role class's median and clip are this binding's earlier answer lengths x8.4 (clip capped at
+8,192), and 0.17 of each output is the delivered answer (`answer share`; the rest models Qwen3's
+thinking tokens, generated but not delivered). Scale and share are the two values with which App.
+G.5's population (62 Loop roots over math / research / science_qa, one Spawn, one Fork-Join)
+realizes its stated per-call work: "Three blocks retain 134 calls each, with input/output totals of
+92,409/352,227, 92,050/351,748, and 92,389/350,113 tokens" — 2,622 output and 689 input tokens per
+call; ours 2,603 / 694 (`benchmarks/demand_population.py`). This binding stands for G.5's PubMedQA
+targets (the mapping of `mix_bg_*.yaml`), so the fit includes it. A call's output is capped, as
+vLLM caps it, at its `max_tokens` and at the max model length less its input (8,192 on the paper's
+910C pool; `tasks.model.capped_output`).
 """
 
 from __future__ import annotations
@@ -42,7 +54,12 @@ from maserve_prefect.bindings.base import (
     recall_quality,
     role_prompts,
 )
-from maserve_prefect.bindings.content import ContentProfile, ContextResponse, LengthDist
+from maserve_prefect.bindings.content import (
+    QWEN3_ANSWER_SHARE,
+    ContentProfile,
+    ContextResponse,
+    LengthDist,
+)
 
 from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
 
@@ -84,18 +101,19 @@ class ResearchBinding(ShippedBinding):
     )
     content_profile = ContentProfile(
         lengths={
-            "researcher": LengthDist(380, 0.5, 60, 1500),
-            "planner": LengthDist(220, 0.4, 40, 800),
-            "critic": LengthDist(260, 0.5, 40, 900),
-            "writer": LengthDist(650, 0.4, 120, 2000),
-            "default": LengthDist(250, 0.5, 20, 1000),
+            "researcher": LengthDist(3190, 0.5, 500, 8192),
+            "planner": LengthDist(1850, 0.4, 340, 6720),
+            "critic": LengthDist(2180, 0.5, 340, 7560),
+            "writer": LengthDist(5460, 0.4, 1010, 8192),
+            "default": LengthDist(2100, 0.5, 170, 8192),
         },
         accept_by_round=(0.4, 0.7, 0.85),
         converge_by_round=(0.3, 0.6, 0.8),
         spawn_weights=(0.1, 0.3, 0.35, 0.25),
         vote_agreement=0.65,
+        answer_share=QWEN3_ANSWER_SHARE,
         context=ContextResponse(
-            reference_tokens=600, length_elasticity=0.3, accept_slope=1.0, converge_slope=0.5
+            reference_tokens=860, length_elasticity=0.3, accept_slope=1.0, converge_slope=0.5
         ),
     )
 

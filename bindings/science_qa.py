@@ -7,23 +7,36 @@ whose text the answer quotes) must equal the key; score 1 or 0.
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 
-- `critic`: median 140 tokens, sigma 0.5, clip [10, 600]
-- `debater`: median 200 tokens, sigma 0.5, clip [20, 800]
-- `default`: median 150 tokens, sigma 0.5, clip [10, 800]
-- `judge`: median 60 tokens, sigma 0.5, clip [5, 300]
-- `solver`: median 160 tokens, sigma 0.6, clip [10, 800]
+- `critic`: median 1180 tokens, sigma 0.5, clip [80, 5040]
+- `debater`: median 1680 tokens, sigma 0.5, clip [170, 6720]
+- `default`: median 1260 tokens, sigma 0.5, clip [80, 6720]
+- `judge`: median 500 tokens, sigma 0.5, clip [40, 2520]
+- `solver`: median 1340 tokens, sigma 0.6, clip [80, 6720]
 - accept by round: 0.55, 0.8, 0.9
 - converge by round: 0.4, 0.7, 0.9
 - spawn weights (1..n children): 0.5, 0.35, 0.15
 - vote agreement: 0.78
-- context: reference 300 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+- answer share: 0.17 of each output is delivered (the rest is reasoning, generated but not delivered)
+- context: reference 428.4 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
 
 Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
-`default` outputs): a debater given the peers' full arguments answers at greater length and the
-debate converges more often; a judge given only the answers writes less. A call given nothing
-writes x0.81 of the median, one given 900 delivered tokens x1.23; every draw is seeded by the
-call's prompt digest, so Full vs Selected delivery changes downstream work natively. Modeled,
+delivered `default` answers): a debater given the peers' full arguments answers at greater length
+and the debate converges more often; a judge given only the answers writes less. A call given
+nothing writes x0.81 of the median, one given 1,300 delivered tokens x1.23; every draw is seeded by
+the call's prompt digest, so Full vs Selected delivery changes downstream work natively. Modeled,
 not measured: a real engine (`--content engine`) is the reference.
+
+Lengths (issue 16) — fitted to the paper's stated demand population, never to a finding's result:
+every role class's median and clip are this binding's earlier answer lengths x8.4 (clip capped at
+8,192), and 0.17 of each output is the delivered answer (`answer share`; the rest models Qwen3's
+thinking tokens, generated but not delivered). Scale and share are the two values with which App.
+G.5's population (62 Loop roots over math / research / science_qa, one Spawn, one Fork-Join)
+realizes its stated per-call work: "Three blocks retain 134 calls each, with input/output totals of
+92,409/352,227, 92,050/351,748, and 92,389/350,113 tokens" — 2,622 output and 689 input tokens per
+call; ours 2,603 / 694 (`benchmarks/demand_population.py`). This binding stands for G.5's SCIENCE
+targets (the mapping of `mix_bg_*.yaml`), so the fit includes it. A call's output is capped, as
+vLLM caps it, at its `max_tokens` and at the max model length less its input (8,192 on the paper's
+910C pool; `tasks.model.capped_output`).
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ from maserve_prefect.bindings.base import (
     provenance,
     role_prompts,
 )
-from maserve_prefect.bindings.content import ContentProfile, LengthDist
+from maserve_prefect.bindings.content import QWEN3_ANSWER_SHARE, ContentProfile, LengthDist
 
 from maserve_prefect.spec.binding import Answer, BindingInfo, Quality, TaskInstance
 
@@ -99,16 +112,17 @@ class ScienceQABinding(ShippedBinding):
     )
     content_profile = ContentProfile(
         lengths={
-            "solver": LengthDist(160, 0.6, 10, 800),
-            "debater": LengthDist(200, 0.5, 20, 800),
-            "critic": LengthDist(140, 0.5, 10, 600),
-            "judge": LengthDist(60, 0.5, 5, 300),
-            "default": LengthDist(150, 0.5, 10, 800),
+            "solver": LengthDist(1340, 0.6, 80, 6720),
+            "debater": LengthDist(1680, 0.5, 170, 6720),
+            "critic": LengthDist(1180, 0.5, 80, 5040),
+            "judge": LengthDist(500, 0.5, 40, 2520),
+            "default": LengthDist(1260, 0.5, 80, 6720),
         },
         accept_by_round=(0.55, 0.8, 0.9),
         converge_by_round=(0.4, 0.7, 0.9),
         spawn_weights=(0.5, 0.35, 0.15),
         vote_agreement=0.78,
+        answer_share=QWEN3_ANSWER_SHARE,
     ).responsive()
 
     def _inputs(self, record: dict[str, Any]) -> dict[str, Any]:

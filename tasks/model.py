@@ -3,8 +3,10 @@
 It builds the messages from the stage's context rule, sends the request to the engine through the
 harness's dispatcher, and returns an `Artifact`. On the simulator there is no text: the output
 length and the template decisions (accept, converge, spawn count, vote) are drawn from the
-binding's seeded content model, and the payload is deterministic synthetic text of the realized
-length — stored in the CAS like a real output. On a real engine the output text comes back and
+binding's seeded content model and capped as vLLM caps it (at `max_tokens` and at the deployment's
+max model length less the prompt, `capped_output`), and the payload is deterministic synthetic
+text of the delivered answer's length (the output less its modeled reasoning, the binding's
+answer share) — stored in the CAS like a real output. On a real engine the output text comes back and
 decisions are parsed from it (ACCEPT/REVISE, AGREE, the first integer, the final answer).
 """
 
@@ -92,6 +94,25 @@ def _decide(
     raise ValueError(f"unknown decision kind {decision.kind!r}")
 
 
+def capped_output(
+    natural: int, max_tokens: int | None, max_model_len: int | None, num_prompt: int
+) -> int:
+    """A drawn output length as vLLM caps it: at the request's `max_tokens` and at the context
+    left after the prompt (`max_model_len - num_prompt`; the output stops there, with finish
+    reason "length"). A prompt that leaves no room is left to the engine to refuse.
+
+    Examples:
+        >>> capped_output(3000, None, 8192, 6000), capped_output(3000, 2048, 8192, 100)
+        (2192, 2048)
+        >>> capped_output(3000, None, None, 9000), capped_output(300, None, 8192, 8192)
+        (3000, 300)
+    """
+    n = natural if max_tokens is None else min(natural, max_tokens)
+    if max_model_len is not None and num_prompt < max_model_len:
+        n = min(n, max_model_len - num_prompt)
+    return n
+
+
 @op_task(OpKind.MODEL)
 def model_call(
     *,
@@ -123,7 +144,8 @@ def model_call(
         instruction: the turn's instruction.
         output: name of the produced artifact.
         decision: a template decision carried by the output.
-        max_tokens: output limit (on the simulator the length is drawn and locked).
+        max_tokens: output limit (on the simulator the length is drawn, capped at this and at
+            the context the prompt leaves, `capped_output`, and locked).
         temperature, priority: generation settings.
     """
     op, h = this_op("model_call")
@@ -156,8 +178,7 @@ def model_call(
         if h.content is None:
             raise ModelCallError(f"op {op.op_id}: simulator runs need a content model")
         n_out = h.content.output_tokens(role, root=op.scope.root_id, op=op.op_id, given=given)
-        if max_tokens is not None:
-            n_out = min(n_out, max_tokens)
+        n_out = capped_output(n_out, max_tokens, h.context_limit(deployment), len(prompt_ids))
         request = Request(
             op.op_id, deployment, prompt_token_ids=prompt_ids, max_tokens=n_out,
             min_tokens=n_out, priority=priority, tags=tags, messages=messages,
@@ -165,8 +186,7 @@ def model_call(
     elif h.draws_content:  # a real engine generating the text at the binding's drawn length
         assert h.content is not None
         n_out = h.content.output_tokens(role, root=op.scope.root_id, op=op.op_id, given=given)
-        if max_tokens is not None:
-            n_out = min(n_out, max_tokens)
+        n_out = capped_output(n_out, max_tokens, h.context_limit(deployment), len(prompt_ids))
         request = Request(
             op.op_id, deployment, num_prompt_tokens=len(prompt_ids), max_tokens=n_out,
             min_tokens=n_out, priority=priority, tags=tags, messages=messages,
@@ -193,7 +213,9 @@ def model_call(
         text = outcome.output_text
     else:
         assert h.content is not None
-        text = h.content.payload_text(outcome.num_output_tokens, root=op.scope.root_id, op=op.op_id)
+        # the delivered answer: the output less its reasoning (`bindings.content`, answer share)
+        n_answer = h.content.answer_tokens(outcome.num_output_tokens)
+        text = h.content.payload_text(n_answer, root=op.scope.root_id, op=op.op_id)
     art = Artifact(
         name=output,
         text=text,

@@ -222,6 +222,17 @@ class Dispatcher:
             self._held = False
             self._request_plan()
 
+    def max_model_len(self, deployment: str) -> int | None:
+        """The smallest max model length among `deployment`'s replicas that state one
+        (`Capabilities.max_model_len`); None when none does."""
+        lens = [
+            n
+            for r in self._replicas()
+            if r.deployment == deployment
+            and (n := getattr(r.capabilities(), "max_model_len", None)) is not None
+        ]
+        return min(lens) if lens else None
+
     # -- planning --------------------------------------------------------------------------
 
     def views(self) -> tuple[ReplicaView, ...]:

@@ -59,6 +59,8 @@ class Capabilities:
     kv_events: bool
     sleep_levels: tuple[int, ...]
     modes: tuple[str, ...]
+    max_model_len: int | None = None
+    """The longest prompt + output a request may have (vLLM's `max_model_len`); None: unknown."""
 
 
 _CACHE_TYPES: dict[CacheOp, type[Control]] = {

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
+from pathlib import Path
 
 from maserve_prefect.errors import ConfigError, EngineError
 from maserve_prefect.metrics.task import root_class
@@ -216,8 +217,23 @@ def place_fixed_slots(
     return head + [r for g in zip_longest(*queues) for r in g if r is not None]
 
 
+def realization_pool(scenario: Scenario, cohort: Cohort) -> Path | None:
+    """The pool file a native cohort is realized on: its recipe's `pool`, else the first arm's
+    pool (the serving setup its replay arms use, without their overrides: a realized call is
+    capped at that pool's max model length, so replay never meets a call its arms would
+    refuse), else None (the shipped default pool). None for a bundle cohort."""
+    r = cohort.native
+    if r is None:
+        return None
+    if r.pool is not None:
+        return scenario.path(r.pool)
+    arm_pools = [scenario.path(a.pool) for a in scenario.arms if a.pool is not None]
+    return arm_pools[0] if arm_pools else None
+
+
 def load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
-    """The cohort's trace and payload store: its bundle imported, or its native recipe run."""
+    """The cohort's trace and payload store: its bundle imported, or its native recipe run
+    (on `realization_pool`)."""
     if cohort.bundle is not None:
         from maserve_prefect.trace.bundle import import_bundle
 
@@ -229,7 +245,8 @@ def load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
 
     assert cohort.native is not None
     r = cohort.native
-    pool = load_pool_file(scenario.path(r.pool)) if r.pool is not None else None
+    pool_path = realization_pool(scenario, cohort)
+    pool = load_pool_file(pool_path) if pool_path is not None else None
     with recording_api():
         for attempt in range(NATIVE_ATTEMPTS):
             run = run_native(r.workflow, r.binding, users=r.users, seed=r.seed, pool=pool)

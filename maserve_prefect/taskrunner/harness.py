@@ -315,6 +315,11 @@ class Harness:
                 self._recorded_cv.notify_all()
         return record
 
+    def context_limit(self, deployment: str) -> int | None:
+        """The max model length `deployment`'s replicas serve (the smallest), None when unknown
+        (no dispatcher, no replica yet, or replicas that do not say)."""
+        return self.dispatcher.max_model_len(deployment) if self.dispatcher is not None else None
+
     def call_model(
         self, op: OpRun, request: Request, controls: tuple[Control, ...] = ()
     ) -> Outcome:

@@ -217,3 +217,27 @@ def test_every_binding_responds_to_what_a_call_was_given(name: str) -> None:
     assert decisions[0] == decisions[1]
     redrawn = {model.spawn_count(4, root="r", op="p", given=Given(10, f"x{i}")) for i in range(12)}
     assert len(redrawn) > 1  # the digest seeds the spawn decision too
+
+
+def test_answer_share_delivers_part_of_each_output() -> None:
+    """Issue 16: an output's delivered answer is `answer_share` of it (the rest models Qwen3's
+    thinking tokens); the shared context response's reference counts delivered answers."""
+    model = make_model(answer_share=0.25)
+    assert [model.answer_tokens(n) for n in (0, 1, 3, 400)] == [0, 1, 1, 100]
+    assert make_model().answer_tokens(400) == 400  # share 1: everything is delivered
+    lengths = {"default": LengthDist(2000, 0.5, 20, 8000)}
+    profile = ContentProfile(lengths=lengths, answer_share=0.25).responsive()
+    assert profile.context is not None and profile.context.reference_tokens == 1000.0
+    with pytest.raises(ConfigError):
+        ContentProfile(lengths=lengths, answer_share=0.0)
+
+
+@pytest.mark.parametrize("name", list_bindings())
+def test_shipped_lengths_fit_the_serving_limit_and_the_g5_share(name: str) -> None:
+    """Every shipped binding's clip stays within the paper's 8,192 model length and delivers
+    the share fitted to App. G.5 (`benchmarks/demand_population.py`)."""
+    from maserve_prefect.bindings.content import QWEN3_ANSWER_SHARE
+
+    profile = get_binding(name).content_profile
+    assert profile.answer_share == QWEN3_ANSWER_SHARE
+    assert all(d.max_tokens <= 8192 for d in profile.lengths.values())

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from maserve_prefect.bench.replay.suite_file import ReplaySuite
@@ -34,7 +35,7 @@ from maserve_prefect.replay.arms import ArmResult, ScenarioResult, run_scenario
 from maserve_prefect.replay.conformance import ConformanceReport
 from maserve_prefect.replay.report import report_scenario
 from maserve_prefect.replay.scenario import NativeRecipe, Scenario
-from maserve_prefect.replay.traceset import load_cohort
+from maserve_prefect.replay.traceset import load_cohort, realization_pool
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import Trace
 
@@ -127,16 +128,21 @@ def total_arm_runs(scenarios: Sequence[Scenario]) -> int:
     return sum(s.blocks * len(s.arms) for s in scenarios)
 
 
-def native_cohorts(sc: Scenario, cache: dict[NativeRecipe, Loaded]) -> dict[str, Loaded]:
+NativeKey = tuple[NativeRecipe, Path | None]
+"""A native realization's identity: its recipe and the pool it is realized on."""
+
+
+def native_cohorts(sc: Scenario, cache: dict[NativeKey, Loaded]) -> dict[str, Loaded]:
     """Cohort name → (trace, store) of `sc`'s native cohorts, each recipe realized once per
-    `cache` (bundle cohorts are left to the scenario)."""
+    pool (`traceset.realization_pool`) per `cache` (bundle cohorts are left to the scenario)."""
     out: dict[str, Loaded] = {}
     for cohort in sc.cohorts:
         if cohort.native is None:
             continue
-        if cohort.native not in cache:
-            cache[cohort.native] = load_cohort(sc, cohort)
-        out[cohort.name] = cache[cohort.native]
+        key = (cohort.native, realization_pool(sc, cohort))
+        if key not in cache:
+            cache[key] = load_cohort(sc, cohort)
+        out[cohort.name] = cache[key]
     return out
 
 
@@ -163,7 +169,7 @@ def run_replay_suite(
     analysis = suite.analysis_fn()  # fail on a bad analysis path before any work
     total, done = total_arm_runs(scenarios), 0
     out = ReplaySuiteResult(suite, scale)
-    natives: dict[NativeRecipe, Loaded] = {}
+    natives: dict[NativeKey, Loaded] = {}
     for sc in scenarios:
 
         def on_arm(r: ArmResult, sc: Scenario = sc) -> None:

@@ -136,6 +136,7 @@ class SimReplica(ReplicaLoop):
             kv_events=False,
             sleep_levels=(),
             modes=self.modes,
+            max_model_len=self.config.max_model_len,
         )
 
     def submit(self, request: Request, controls: Sequence[Control] = ()) -> Ticket:
