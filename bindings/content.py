@@ -119,7 +119,7 @@ class Given:
     digest: str
 
 
-QWEN3_ANSWER_SHARE = 0.17
+QWEN3_ANSWER_SHARE = 0.35
 """Answer share of every shipped binding (`ContentProfile.answer_share`), fitted with the length
 scale to App. G.5's stated per-call figures (689 input, 2,622 output tokens per call on the
 paper's Qwen3-8B / 910C population; `benchmarks/demand_population.py` prints the fit)."""

@@ -10,17 +10,17 @@ key-point recall; pass at 0.75 (three of four points).
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 
-- `aggregator`: median 3780 tokens, sigma 0.35, clip [840, 8192]
-- `critic`: median 1850 tokens, sigma 0.5, clip [250, 6720]
-- `default`: median 2100 tokens, sigma 0.5, clip [170, 8192]
-- `summarizer`: median 2690 tokens, sigma 0.35, clip [670, 7560]
-- `writer`: median 3360 tokens, sigma 0.4, clip [670, 8192]
+- `aggregator`: median 4330 tokens, sigma 0.35, clip [960, 8192]
+- `critic`: median 2120 tokens, sigma 0.5, clip [290, 8192]
+- `default`: median 2410 tokens, sigma 0.5, clip [190, 8192]
+- `summarizer`: median 3080 tokens, sigma 0.35, clip [760, 8192]
+- `writer`: median 3850 tokens, sigma 0.4, clip [760, 8192]
 - accept by round: 0.5, 0.75, 0.9
 - converge by round: 0.35, 0.65, 0.85
 - spawn weights (1..n children): 0.1, 0.3, 0.35, 0.25
 - vote agreement: 0.65
-- answer share: 0.17 of each output is delivered (the rest is reasoning, generated but not delivered)
-- context: reference 714 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+- answer share: 0.35 of each output is delivered (the rest is reasoning, generated but not delivered)
+- context: reference 1687 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
 
 Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
 delivered `default` answers): a summarizer given a longer transcript chunk and running summary
@@ -30,13 +30,13 @@ the call's prompt digest, so Full vs Selected delivery changes downstream work n
 not measured: a real engine (`--content engine`) is the reference.
 
 Lengths (issue 16) — fitted to the paper's stated demand population, never to a finding's result:
-every role class's median and clip are this binding's earlier answer lengths x8.4 (clip capped at
-8,192), and 0.17 of each output is the delivered answer (`answer share`; the rest models Qwen3's
+every role class's median and clip are this binding's earlier answer lengths x9.6 (clip capped at
+8,192), and 0.35 of each output is the delivered answer (`answer share`; the rest models Qwen3's
 thinking tokens, generated but not delivered). Scale and share are the two values with which App.
 G.5's population (62 Loop roots over math / research / science_qa, one Spawn, one Fork-Join)
 realizes its stated per-call work: "Three blocks retain 134 calls each, with input/output totals of
 92,409/352,227, 92,050/351,748, and 92,389/350,113 tokens" — 2,622 output and 689 input tokens per
-call; ours 2,603 / 694 (`benchmarks/demand_population.py`). The paper states no per-call figure on
+call; ours 2,559 / 612 (`benchmarks/demand_population.py --g5-only`; Loop roots are two calls when the first draft is accepted). The paper states no per-call figure on
 the 910C for this binding's domain, so it takes the same scale and share as the G.5 bindings (G.5
 is the one stated per-call population on Qwen3-8B / 910C). A call's output is capped, as vLLM caps
 it, at its `max_tokens` and at the max model length less its input (8,192 on the paper's 910C pool;
@@ -113,11 +113,11 @@ class MeetingSummaryBinding(ShippedBinding):
     )
     content_profile = ContentProfile(
         lengths={
-            "summarizer": LengthDist(2690, 0.35, 670, 7560),
-            "aggregator": LengthDist(3780, 0.35, 840, 8192),
-            "writer": LengthDist(3360, 0.4, 670, 8192),
-            "critic": LengthDist(1850, 0.5, 250, 6720),
-            "default": LengthDist(2100, 0.5, 170, 8192),
+            "summarizer": LengthDist(3080, 0.35, 760, 8192),
+            "aggregator": LengthDist(4330, 0.35, 960, 8192),
+            "writer": LengthDist(3850, 0.4, 760, 8192),
+            "critic": LengthDist(2120, 0.5, 290, 8192),
+            "default": LengthDist(2410, 0.5, 190, 8192),
         },
         accept_by_round=(0.5, 0.75, 0.9),
         converge_by_round=(0.35, 0.65, 0.85),

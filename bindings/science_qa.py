@@ -7,17 +7,17 @@ whose text the answer quotes) must equal the key; score 1 or 0.
 
 Content model (simulator) — output tokens per role class, then decision probabilities:
 
-- `critic`: median 1180 tokens, sigma 0.5, clip [80, 5040]
-- `debater`: median 1680 tokens, sigma 0.5, clip [170, 6720]
-- `default`: median 1260 tokens, sigma 0.5, clip [80, 6720]
-- `judge`: median 500 tokens, sigma 0.5, clip [40, 2520]
-- `solver`: median 1340 tokens, sigma 0.6, clip [80, 6720]
-- accept by round: 0.55, 0.8, 0.9
+- `critic`: median 1360 tokens, sigma 0.5, clip [90, 5780]
+- `debater`: median 1930 tokens, sigma 0.5, clip [190, 8192]
+- `default`: median 1450 tokens, sigma 0.5, clip [90, 8192]
+- `judge`: median 570 tokens, sigma 0.5, clip [50, 2890]
+- `solver`: median 1540 tokens, sigma 0.6, clip [90, 8192]
+- accept by round: 0.97, 0.8, 0.9
 - converge by round: 0.4, 0.7, 0.9
 - spawn weights (1..n children): 0.5, 0.35, 0.15
 - vote agreement: 0.78
-- answer share: 0.17 of each output is delivered (the rest is reasoning, generated but not delivered)
-- context: reference 428.4 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
+- answer share: 0.35 of each output is delivered (the rest is reasoning, generated but not delivered)
+- context: reference 1015 delivered tokens, length elasticity 0.3, accept slope 1, converge slope 0.5; seeded by the prompt digest
 
 Context response (`bindings.content`: the shared `ContentProfile.responsive()`, reference = two
 delivered `default` answers): a debater given the peers' full arguments answers at greater length
@@ -27,13 +27,13 @@ the call's prompt digest, so Full vs Selected delivery changes downstream work n
 not measured: a real engine (`--content engine`) is the reference.
 
 Lengths (issue 16) — fitted to the paper's stated demand population, never to a finding's result:
-every role class's median and clip are this binding's earlier answer lengths x8.4 (clip capped at
-8,192), and 0.17 of each output is the delivered answer (`answer share`; the rest models Qwen3's
+every role class's median and clip are this binding's earlier answer lengths x9.6 (clip capped at
+8,192), and 0.35 of each output is the delivered answer (`answer share`; the rest models Qwen3's
 thinking tokens, generated but not delivered). Scale and share are the two values with which App.
 G.5's population (62 Loop roots over math / research / science_qa, one Spawn, one Fork-Join)
 realizes its stated per-call work: "Three blocks retain 134 calls each, with input/output totals of
 92,409/352,227, 92,050/351,748, and 92,389/350,113 tokens" — 2,622 output and 689 input tokens per
-call; ours 2,603 / 694 (`benchmarks/demand_population.py`). This binding stands for G.5's SCIENCE
+call; ours 2,559 / 612 (`benchmarks/demand_population.py --g5-only`; Loop roots are two calls when the first draft is accepted). This binding stands for G.5's SCIENCE
 targets (the mapping of `mix_bg_*.yaml`), so the fit includes it. A call's output is capped, as
 vLLM caps it, at its `max_tokens` and at the max model length less its input (8,192 on the paper's
 910C pool; `tasks.model.capped_output`).
@@ -112,13 +112,15 @@ class ScienceQABinding(ShippedBinding):
     )
     content_profile = ContentProfile(
         lengths={
-            "solver": LengthDist(1340, 0.6, 80, 6720),
-            "debater": LengthDist(1680, 0.5, 170, 6720),
-            "critic": LengthDist(1180, 0.5, 80, 5040),
-            "judge": LengthDist(500, 0.5, 40, 2520),
-            "default": LengthDist(1260, 0.5, 80, 6720),
+            "solver": LengthDist(1540, 0.6, 90, 8192),
+            "debater": LengthDist(1930, 0.5, 190, 8192),
+            "critic": LengthDist(1360, 0.5, 90, 5780),
+            "judge": LengthDist(570, 0.5, 50, 2890),
+            "default": LengthDist(1450, 0.5, 90, 8192),
         },
-        accept_by_round=(0.55, 0.8, 0.9),
+        # Round 1: the paper's Loop roots are two model calls (App. D.2: Loop's median; App. G.5:
+        # 134 calls per block for 62 Loop roots + one Spawn + one Fork-Join, ~2.06 per Loop root).
+        accept_by_round=(0.97, 0.8, 0.9),
         converge_by_round=(0.4, 0.7, 0.9),
         spawn_weights=(0.5, 0.35, 0.15),
         vote_agreement=0.78,

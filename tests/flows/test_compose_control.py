@@ -91,7 +91,7 @@ def control_workflow(until_on: str = "report.verdict") -> Workflow:
         for name, role in _WORKERS.items()
     )
     text = _SPEC.format(workers=workers, iterations=MAX_ITERATIONS, until_on=until_on)
-    return Workflow("compose_control", spec_from_yaml(text), "science_qa")
+    return Workflow("compose_control", spec_from_yaml(text), "code")  # accepts 0.5 at round 1
 
 
 Edge = tuple[str, str]
