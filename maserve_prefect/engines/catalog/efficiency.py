@@ -73,6 +73,9 @@ class DeviceEfficiency:
     attn_kv_reach_bytes: float = 7.5e9
     # Fraction of the L2 that keeps one query head's KV pass for its GQA siblings.
     attn_l2_frac: float = 0.75
+    # Bytes the SMs stream between two sibling heads' reads at which half the same-wave sharing
+    # is lost, once a prefill's CTAs have shifted the decode waves out of step.
+    attn_desync_bytes: float = 2e8
     # Prefill CTAs (causal tiles) as a fraction of one SM's share of peak; per-request cost.
     attn_prefill_comp: float = 0.5
     attn_prefill_req_s: float = 1e-6

@@ -167,6 +167,11 @@ def test_scalar_roofline_twins_are_bit_identical(
         assert mixed_attention_time_scalar(n, ctx, prefill_s, float(empty), *args) == float(
             mixed_attention_time(n, ctx, prefill_s, float(empty), *args)
         )
+        # with the prefill's CTAs shifting the decode waves (its tiles x 32 heads, prior + new)
+        shift = (32.0 * -(-new // 64), float(prior + new))
+        assert mixed_attention_time_scalar(n, ctx, prefill_s, float(empty), *args, *shift) == float(
+            mixed_attention_time(n, ctx, prefill_s, float(empty), *args, *shift)
+        )
         assert prefill_attention_time_scalar(float(new), float(prior), *args) == float(
             prefill_attention_time(float(new), float(prior), *args)
         )
