@@ -143,6 +143,15 @@ ELEMENTWISE_EFF_FIELD = {
     "attn_rope": "elem_vidur_rope_mem",
     "emb": "elem_vidur_embed_mem",
 }
+# Launch floors: Vidur's unfused kernels each have their own (one to several launches per
+# operator); vLLM's fused kernels share `elem_op_s`.
+ELEMENTWISE_FLOOR_FIELD = {
+    "norm": "elem_vidur_norm_op_s",
+    "add": "elem_add_op_s",
+    "mlp_act": "elem_vidur_act_op_s",
+    "attn_rope": "elem_vidur_rope_op_s",
+    "emb": "elem_vidur_embed_op_s",
+}
 # Share of the L2 that keeps an elementwise kernel's operands between the kernel that wrote them
 # and the one that reads them (a fixed assumption, not fitted).
 ELEM_L2_SHARE = 0.5
@@ -157,14 +166,14 @@ def elementwise_time(
     `elem_l2_gain` times the DRAM rate: a small batch's activations are still in L2 from the
     kernel that wrote them (the 128 MB L2 of an RTX PRO 6000 holds every profiled batch, the
     40-50 MB of an A100 / H100 only the smaller ones), so the same kernel looks up to `gain`
-    times faster than DRAM allows on small footprints.
+    times faster than DRAM allows on small footprints. Its launch floor is `elem_op_s` for
+    vLLM's fused kernels and the kernel's own for Vidur's (`ELEMENTWISE_FLOOR_FIELD`).
     """
     eff_mem: float = getattr(eff, ELEMENTWISE_EFF_FIELD[op])
+    floor: float = getattr(eff, ELEMENTWISE_FLOOR_FIELD.get(op, "elem_op_s"))
     footprint = tokens * bytes_per_token
     hit = np.minimum(1.0, ELEM_L2_SHARE * gpu.l2_bytes / np.maximum(footprint, 1.0))
-    return eff.elem_op_s + footprint * (1.0 - hit + hit / eff.elem_l2_gain) / (
-        gpu.mem_bw_bytes_s * eff_mem
-    )
+    return floor + footprint * (1.0 - hit + hit / eff.elem_l2_gain) / (gpu.mem_bw_bytes_s * eff_mem)
 
 
 def decode_attention_per_token_s(
