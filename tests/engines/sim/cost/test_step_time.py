@@ -149,6 +149,7 @@ def test_rtx_pro_6000_mixed_decodes_step_like_the_profiles() -> None:
     assert 1.7 < attn(8) / attn(1) < 2.3
 
 
+@settings(deadline=None)  # bit identity, not speed: a loaded machine must not fail it
 @given(
     st.integers(0, 400),
     st.integers(0, 3000),
