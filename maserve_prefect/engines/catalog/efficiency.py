@@ -52,7 +52,15 @@ class DeviceEfficiency:
     elem_vidur_act_mem: float = 0.5
     elem_vidur_rope_mem: float = 0.5
     elem_vidur_embed_mem: float = 0.5
+    # Launch floors: one for vLLM's fused kernels (one launch each), and one per Vidur kernel
+    # (PyTorch-level operators of one to several launches: an unfused RMSNorm is pow, mean,
+    # rsqrt and two multiplies).
     elem_op_s: float = 3e-6
+    elem_vidur_norm_op_s: float = 3e-6
+    elem_add_op_s: float = 3e-6
+    elem_vidur_act_op_s: float = 3e-6
+    elem_vidur_rope_op_s: float = 3e-6
+    elem_vidur_embed_op_s: float = 3e-6
     # L2 bandwidth over DRAM bandwidth for the bytes of a footprint that fits in L2.
     elem_l2_gain: float = 1.5
     # Attention: one kernel call per layer, decode reads KV bytes, prefill computes FLOPs.
@@ -73,6 +81,9 @@ class DeviceEfficiency:
     attn_kv_reach_bytes: float = 7.5e9
     # Fraction of the L2 that keeps one query head's KV pass for its GQA siblings.
     attn_l2_frac: float = 0.75
+    # Bytes the SMs stream between two sibling heads' reads at which half the same-wave sharing
+    # is lost, once a prefill's CTAs have shifted the decode waves out of step.
+    attn_desync_bytes: float = 2e8
     # Prefill CTAs (causal tiles) as a fraction of one SM's share of peak; per-request cost.
     attn_prefill_comp: float = 0.5
     attn_prefill_req_s: float = 1e-6

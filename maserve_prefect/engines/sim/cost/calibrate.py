@@ -61,6 +61,11 @@ PARAM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "elem_vidur_rope_mem",
             "elem_vidur_embed_mem",
             "elem_op_s",
+            "elem_vidur_norm_op_s",
+            "elem_add_op_s",
+            "elem_vidur_act_op_s",
+            "elem_vidur_rope_op_s",
+            "elem_vidur_embed_op_s",
             "elem_l2_gain",
         ),
     ),
@@ -77,6 +82,7 @@ PARAM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "attn_l2_reuse",
             "attn_kv_reach_bytes",
             "attn_l2_frac",
+            "attn_desync_bytes",
             "attn_prefill_comp",
             "attn_prefill_req_s",
         ),
@@ -86,11 +92,12 @@ PARAM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _BOUNDS_EFF = (0.005, 4.0)
 _BOUNDS_S = (1e-9, 5e-3)
 # Parameters with their own physical range: a hit fraction cannot pass 1; a KV footprint is
-# somewhere between 100 MB and 1 TB.
+# somewhere between 100 MB and 1 TB; a desync lag between 10 MB and 100 GB.
 _BOUNDS_NAMED = {
     "attn_l2_reuse": (0.005, 1.0),
     "attn_l2_frac": (0.05, 1.0),
     "attn_kv_reach_bytes": (1e8, 1e12),
+    "attn_desync_bytes": (1e7, 1e11),
     "elem_l2_gain": (1.0, 20.0),
 }
 
@@ -132,7 +139,11 @@ def predict(ps: ProfileSet, gpu: GpuSpec, eff: DeviceEfficiency) -> FloatArray:
     # with a prefill chunk, every decode's m-blocks past its first are empty CTAs
     blocks = attention_m_blocks(chunk, attention_tile_m(gpu))
     empty = n_dec * model.num_attention_heads / tp * np.maximum(blocks - 1, 0)
-    mixed = mixed_attention_time(n_dec, n_dec * ctx, prefill, empty, model, tp, gpu, eff)
+    # the prefill's CTAs shift the decode waves by the keys its longest CTA streams
+    pf_ctas = blocks * model.num_attention_heads / tp
+    mixed = mixed_attention_time(
+        n_dec, n_dec * ctx, prefill, empty, model, tp, gpu, eff, pf_ctas, prior + chunk
+    )
     return eff.attn_call_s + np.where(chunk > 0, mixed, decode)
 
 

@@ -143,6 +143,15 @@ ELEMENTWISE_EFF_FIELD = {
     "attn_rope": "elem_vidur_rope_mem",
     "emb": "elem_vidur_embed_mem",
 }
+# Launch floors: Vidur's unfused kernels each have their own (one to several launches per
+# operator); vLLM's fused kernels share `elem_op_s`.
+ELEMENTWISE_FLOOR_FIELD = {
+    "norm": "elem_vidur_norm_op_s",
+    "add": "elem_add_op_s",
+    "mlp_act": "elem_vidur_act_op_s",
+    "attn_rope": "elem_vidur_rope_op_s",
+    "emb": "elem_vidur_embed_op_s",
+}
 # Share of the L2 that keeps an elementwise kernel's operands between the kernel that wrote them
 # and the one that reads them (a fixed assumption, not fitted).
 ELEM_L2_SHARE = 0.5
@@ -157,14 +166,14 @@ def elementwise_time(
     `elem_l2_gain` times the DRAM rate: a small batch's activations are still in L2 from the
     kernel that wrote them (the 128 MB L2 of an RTX PRO 6000 holds every profiled batch, the
     40-50 MB of an A100 / H100 only the smaller ones), so the same kernel looks up to `gain`
-    times faster than DRAM allows on small footprints.
+    times faster than DRAM allows on small footprints. Its launch floor is `elem_op_s` for
+    vLLM's fused kernels and the kernel's own for Vidur's (`ELEMENTWISE_FLOOR_FIELD`).
     """
     eff_mem: float = getattr(eff, ELEMENTWISE_EFF_FIELD[op])
+    floor: float = getattr(eff, ELEMENTWISE_FLOOR_FIELD.get(op, "elem_op_s"))
     footprint = tokens * bytes_per_token
     hit = np.minimum(1.0, ELEM_L2_SHARE * gpu.l2_bytes / np.maximum(footprint, 1.0))
-    return eff.elem_op_s + footprint * (1.0 - hit + hit / eff.elem_l2_gain) / (
-        gpu.mem_bw_bytes_s * eff_mem
-    )
+    return floor + footprint * (1.0 - hit + hit / eff.elem_l2_gain) / (gpu.mem_bw_bytes_s * eff_mem)
 
 
 def decode_attention_per_token_s(
@@ -189,6 +198,25 @@ _TILE_M_64_ARCHS = frozenset({"sm86", "sm89", "sm120"})
 # keep the full share (hit ~0.66 at 64 decodes) up to 4.6 GB of decode KV and lose half of it by
 # 6.9 GB; 8 fits them better in-sample than the 4 used before (in-sample WAPE 6.5 vs 6.7 %).
 KV_REACH_POWER = 8
+# How sharply same-wave sharing is lost as a prefill's CTAs shift the decode waves out of step
+# (`mixed_attention_time`); chosen on in-sample fit of the RTX PRO 6000 profiles (the only ones
+# with attention): WAPE 5.41 % at 4, 5.42 % at 2, 5.59 % at 8.
+DESYNC_POWER = 4
+# The mixed attention call runs at the smooth max `(a^p + b^p)^(1/p)` of its CTA-schedule and
+# DRAM bounds, slower than either where they meet (as the linear roofline's p = 2 is); chosen on
+# in-sample fit of the same profiles: 5.41 % at 10, 5.42 % at 6, 5.43 % at 16, 5.46 % hard max.
+MIXED_MAX_POWER = 10
+
+
+def smooth_max(a: Num, b: Num) -> Num:
+    """`(a^p + b^p)^(1/p)` with p = `MIXED_MAX_POWER`: the larger of two bounds, rounded where
+    they are close (equal bounds cost 2^(1/p) = 7 % more than either)."""
+    return (a**MIXED_MAX_POWER + b**MIXED_MAX_POWER) ** (1.0 / MIXED_MAX_POWER)
+
+
+def _desync_keep(lag_bytes: Num, eff: DeviceEfficiency) -> Num:
+    """Share of same-wave sibling sharing kept when sibling heads read `lag_bytes` apart."""
+    return 1.0 / (1.0 + (lag_bytes / eff.attn_desync_bytes) ** DESYNC_POWER)
 
 
 def attention_tile_m(gpu: GpuSpec) -> int:
@@ -248,6 +276,8 @@ def mixed_attention_time(
     tp: int,
     gpu: GpuSpec,
     eff: DeviceEfficiency,
+    prefill_ctas: float | npt.NDArray[np.float64] = 0.0,
+    prefill_keys: float | npt.NDArray[np.float64] = 0.0,
 ) -> Num:
     """One layer's attention kernel (launch excluded) for a step holding a prefill chunk.
 
@@ -270,13 +300,29 @@ def mixed_attention_time(
       the prefill chunks' own time `prefill_s` adds to this bound too (their CTAs hold SMs the
       streaming decodes then lack: without it the model missed large chunks by -10..-15 %).
 
-    `decode_ctx` is the decodes' total context; `num_decode` may be 0 (prefill only).
+    Prefill CTAs shift the decode waves out of step. Sibling heads share reads only while they
+    stream the same keys at the same time; an SM that ran a prefill CTA of `prefill_keys` keys
+    (the longest: prior + chunk) starts its next decode CTA that many keys out of phase with
+    the others, i.e. `fold(prefill_keys / mean_ctx)` of a decode pass (the distance to a whole
+    number of passes: a prefill as long as the decodes shifts nothing). Between sibling reads
+    the SMs then stream `lag = fold * SMs * mean_ctx * kv_head_tok` bytes; the share
+    `1 / (1 + (lag / attn_desync_bytes)^DESYNC_POWER)` of same-wave sharing survives on the
+    `min(1, prefill_ctas / SMs)` of SMs that ran one. (The profiles: 64 decodes over 16 k
+    context take 1.85-2.2x longer once the chunk spans enough tiles over a 4-9 k prior, and
+    not over a 16 k prior.)
+
+    Both bounds hold the prefill chunks' `prefill_s`; their decode parts combine as
+    `smooth_max` (p = `MIXED_MAX_POWER`).
+
+    `decode_ctx` is the decodes' total context; `num_decode` may be 0 (prefill only);
+    `prefill_ctas` is the prefill chunks' query tiles x query heads, `prefill_keys` the most keys
+    one prefill CTA streams (0, 0: no shift).
 
     Examples:
         >>> from maserve_prefect.engines.catalog import get_efficiency, get_gpu, get_model
         >>> m, g = get_model("Qwen3-8B"), get_gpu("RTX PRO 6000")
         >>> eff = get_efficiency("RTX PRO 6000")
-        >>> float(mixed_attention_time(0.0, 0.0, 1e-4, 0.0, m, 1, g, eff))  # prefill only
+        >>> round(float(mixed_attention_time(0.0, 0.0, 1e-4, 0.0, m, 1, g, eff)), 9)  # prefill
         0.0001
     """
     heads = model.num_attention_heads / tp
@@ -288,16 +334,19 @@ def mixed_attention_time(
     mean_ctx = np.where(has_dec, decode_ctx / np.maximum(num_decode, 1.0), 0.0)
     tile_tok_s = _tile_tok_s(model, gpu, eff.attn_tile_comp, attention_tile_m(gpu))
     waves = np.ceil(num_decode * heads / sms)
-    t_sched = (
-        waves * (eff.attn_cta_s + mean_ctx * tile_tok_s)
-        + prefill_s
-        + empty_ctas * eff.attn_empty_cta_s / sms
+    t_sched = waves * (eff.attn_cta_s + mean_ctx * tile_tok_s) + empty_ctas * (
+        eff.attn_empty_cta_s / sms
     )
     unique = kv_heads * decode_ctx * kv_head_tok
     one_pass = np.maximum(decode_ctx * kv_head_tok, 1.0)
     same_wave = np.clip(1.0 - (num_decode + 1.0) / sms, 0.0, 1.0) / (
         1.0 + (unique / eff.attn_kv_reach_bytes) ** KV_REACH_POWER
     )
+    dec_keys = np.maximum(mean_ctx, 1.0)
+    turns = prefill_keys / dec_keys
+    lag = np.abs(turns - np.floor(turns + 0.5)) * sms * dec_keys * kv_head_tok
+    shifted = np.minimum(prefill_ctas / sms, 1.0)
+    same_wave = same_wave * (1.0 - shifted * (1.0 - _desync_keep(lag, eff)))
     in_l2 = np.minimum(1.0, eff.attn_l2_frac * gpu.l2_bytes / one_pass) ** 2
     hit = min(eff.attn_l2_reuse, 1.0) * np.maximum(same_wave, in_l2)
     t_dram = (
@@ -305,7 +354,7 @@ def mixed_attention_time(
         * (1.0 + (group - 1.0) * (1.0 - hit))
         / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
     )
-    return np.maximum(t_sched, t_dram + prefill_s)
+    return prefill_s + smooth_max(t_sched, t_dram)
 
 
 def mixed_attention_time_scalar(
@@ -317,6 +366,8 @@ def mixed_attention_time_scalar(
     tp: int,
     gpu: GpuSpec,
     eff: DeviceEfficiency,
+    prefill_ctas: float = 0.0,
+    prefill_keys: float = 0.0,
 ) -> float:
     """`mixed_attention_time` on plain floats (one simulated step): the same operations in the
     same order, without numpy's per-call cost; results are bit-identical (tested)."""
@@ -328,15 +379,18 @@ def mixed_attention_time_scalar(
     mean_ctx = decode_ctx / max(num_decode, 1.0) if num_decode > 0 else 0.0
     tile_tok_s = _tile_tok_s(model, gpu, eff.attn_tile_comp, attention_tile_m(gpu))
     waves = float(math.ceil(num_decode * heads / sms))
-    t_sched = (
-        waves * (eff.attn_cta_s + mean_ctx * tile_tok_s)
-        + prefill_s
-        + empty_ctas * eff.attn_empty_cta_s / sms
+    t_sched = waves * (eff.attn_cta_s + mean_ctx * tile_tok_s) + empty_ctas * (
+        eff.attn_empty_cta_s / sms
     )
     unique = kv_heads * decode_ctx * kv_head_tok
     one_pass = max(decode_ctx * kv_head_tok, 1.0)
     reach = unique / eff.attn_kv_reach_bytes
     same_wave = min(max(1.0 - (num_decode + 1.0) / sms, 0.0), 1.0) / (1.0 + reach**KV_REACH_POWER)
+    dec_keys = max(mean_ctx, 1.0)
+    turns = prefill_keys / dec_keys
+    lag = abs(turns - math.floor(turns + 0.5)) * sms * dec_keys * kv_head_tok
+    shifted = min(prefill_ctas / sms, 1.0)
+    same_wave = same_wave * (1.0 - shifted * (1.0 - _desync_keep(lag, eff)))
     in_l2 = min(1.0, eff.attn_l2_frac * gpu.l2_bytes / one_pass) ** 2
     hit = min(eff.attn_l2_reuse, 1.0) * max(same_wave, in_l2)
     t_dram = (
@@ -344,7 +398,7 @@ def mixed_attention_time_scalar(
         * (1.0 + (group - 1.0) * (1.0 - hit))
         / (gpu.mem_bw_bytes_s * eff.attn_mixed_decode_mem)
     )
-    return max(t_sched, t_dram + prefill_s)
+    return prefill_s + smooth_max(t_sched, t_dram)
 
 
 def sampler_time(num_seqs: Num, model: ModelSpec, gpu: GpuSpec, eff: DeviceEfficiency) -> Num:

@@ -231,6 +231,10 @@ class RooflineStepModel:
         own_blocks = float(sum(-(-c.num_new_tokens // tile_m) for c in chunks))
         heads = self.model.num_attention_heads / self.tp
         empty = heads * (blocks * len(chunks) - own_blocks)
+        # the prefill chunks' CTAs and the most keys one of them streams (prior + chunk)
+        prefills = [c for c in chunks if c.num_new_tokens > 1]
+        prefill_ctas = heads * float(sum(-(-c.num_new_tokens // tile_m) for c in prefills))
+        prefill_keys = float(max(c.num_context_tokens + c.num_new_tokens for c in prefills))
         return float(
             mixed_attention_time_scalar(
                 float(num_decode),
@@ -241,6 +245,8 @@ class RooflineStepModel:
                 self.tp,
                 self.gpu,
                 self.eff,
+                prefill_ctas,
+                prefill_keys,
             )
         )
 

@@ -56,6 +56,7 @@ def test_rtx_pro_6000_held_out_model_wape_meets_the_goal() -> None:
     sets = [s for s in load_profiles(PROFILES).sets if s.device == "RTX PRO 6000"]
     table = leave_one_model_out(sets, get_gpu)
     held = table.wape("RTX PRO 6000")
-    assert held is not None and held <= 0.08
+    # measured 5.7 % for both with the prefill-desync term (6.8 % without it)
+    assert held is not None and held <= 0.065
     attention = table.wape("RTX PRO 6000", "attention")
-    assert attention is not None and attention <= 0.08
+    assert attention is not None and attention <= 0.065

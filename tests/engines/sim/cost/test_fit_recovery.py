@@ -35,6 +35,8 @@ TRUE = DeviceEfficiency(
     elem_add_mem=0.9,
     elem_norm_mem=0.7,
     elem_op_s=1.7e-6,
+    elem_vidur_norm_op_s=6.5e-6,
+    elem_add_op_s=2.2e-6,
     elem_l2_gain=2.4,
 )
 
@@ -65,12 +67,15 @@ def test_fit_recovers_known_linear_and_elementwise_factors() -> None:
         "elem_add_mem",
         "elem_norm_mem",
         "elem_op_s",
+        "elem_vidur_norm_op_s",
+        "elem_add_op_s",
         "elem_l2_gain",
     ):
         assert getattr(fitted, name) == pytest.approx(getattr(TRUE, name), rel=0.02), name
     # factors no row depends on keep their starting values
     assert fitted.attn_cta_s == DeviceEfficiency().attn_cta_s
     assert fitted.elem_vidur_embed_mem == DeviceEfficiency().elem_vidur_embed_mem
+    assert fitted.elem_vidur_act_op_s == DeviceEfficiency().elem_vidur_act_op_s
 
 
 def test_leave_one_model_out_never_scores_a_model_its_fit_saw(
@@ -122,8 +127,8 @@ def test_elementwise_bytes_come_from_l2_while_the_footprint_fits() -> None:
     small = 1.0  # 16 KB: all in L2
     big = 64.0 * gpu.l2_bytes / b  # 64x the L2: 1/128 of the bytes hit
     dram = gpu.mem_bw_bytes_s * eff.elem_vidur_norm_mem
-    t_small = float(elementwise_time("norm", b, small, gpu, eff)) - eff.elem_op_s
-    t_big = float(elementwise_time("norm", b, big, gpu, eff)) - eff.elem_op_s
+    t_small = float(elementwise_time("norm", b, small, gpu, eff)) - eff.elem_vidur_norm_op_s
+    t_big = float(elementwise_time("norm", b, big, gpu, eff)) - eff.elem_vidur_norm_op_s
     assert t_small == pytest.approx(b / (dram * eff.elem_l2_gain))
     assert t_big == pytest.approx(big * b / dram * (1 - (1 - 1 / eff.elem_l2_gain) / 128))
 
