@@ -169,6 +169,11 @@ class Dispatcher:
         if attach is not None:
             attach(self.on_lifecycle_done)
 
+    @property
+    def failover(self) -> Failover | None:
+        """What re-places units whose replica stopped answering (None: nothing does)."""
+        return self._failover
+
     # -- events ----------------------------------------------------------------------------
 
     def on_arrival(self, root_id: str) -> None:

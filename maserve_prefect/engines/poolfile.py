@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.sim.pool.device import Deployment
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
-from maserve_prefect.engines.target import EngineTarget, parse_engine
+from maserve_prefect.engines.target import EngineTarget, parse_engine, redact
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.outcomes import Acceptance
 from maserve_prefect.yamlfiles import read_yaml_mapping
@@ -67,10 +67,14 @@ class DeploymentEntry(BaseModel):
     @classmethod
     def _endpoints(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         # redacted at once: the pool is recorded in manifests; parse_engine keeps credentials
-        try:
-            return tuple(str(endpoint_target(v)).removeprefix("openai:") for v in value)
-        except ConfigError as exc:  # pydantic reports a ValueError with the field's location
-            raise ValueError(str(exc).replace("--engine ", "endpoint ", 1)) from None
+        out = []
+        for v in value:
+            try:
+                out.append(str(endpoint_target(v)).removeprefix("openai:"))
+            except ConfigError as exc:  # pydantic reports a ValueError with the field's place
+                why = str(exc).split("': ", 1)[-1].replace("openai:http", "http")
+                raise ValueError(f"endpoint {redact(v)!r}: {why}") from None
+        return tuple(out)
 
     def endpoints(self) -> tuple[EngineTarget, ...]:
         """The deployment's endpoints, parsed (credentials found again in this process)."""
@@ -192,9 +196,8 @@ def load_pool_file(path: str | Path) -> PoolFile:
         return PoolFile.model_validate({**data, "source": str(path)}).check()
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(
-            f"pool file {path}: {_where(first['loc'], data)}: {first['msg']}"
-        ) from None
+        msg = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"pool file {path}: {_where(first['loc'], data)}: {msg}") from None
 
 
 def _where(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:

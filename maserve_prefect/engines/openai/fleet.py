@@ -263,7 +263,7 @@ class Fleet:
                     if e.next_check_s <= now and not self._stop.is_set():
                         self._check(e)
                 continue
-            wait = None if due is None else due - now
+            wait = None if due is None or due == float("inf") else due - now
             self._wake.wait(wait)
             self._wake.clear()
 
