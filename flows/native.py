@@ -86,7 +86,7 @@ def _fleet_dispatcher(
     options: FleetOptions | None,
 ) -> tuple[Dispatcher, Callable[[], None]]:
     """A dispatcher over the pool file's endpoints, the fleet its failover; and the closer."""
-    from maserve_prefect.engines.openai.fleet import open_fleet
+    from maserve_prefect.engines.openai.fleet_open import open_fleet
 
     def deliver(fn: Callable[[], None]) -> None:
         wall.defer(None, fn)

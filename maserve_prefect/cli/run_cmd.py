@@ -217,6 +217,10 @@ def run_cmd(
         wf = get_workflow(workflow)
         b = get_binding(binding or wf.default_binding)
         pool_file = load_pool_file(pool) if pool is not None else None
+        if target.is_fleet and pool_file is not None:  # fail fast, as for one server
+            from maserve_prefect.engines.openai.fleet_open import check_endpoints
+
+            check_endpoints(pool_file)
         dest = out if out is not None else Path("out") / f"{wf.name}-s{seed}"
         check_out_dir(dest, "--out")
         if dest.exists() and not force and (not dest.is_dir() or any(dest.iterdir())):

@@ -1,7 +1,8 @@
 """A fleet of two real vLLM servers, one killed mid-run: every root finishes on the other.
 
 Two CPU vLLM servers of the tiny model (each pinned to its own core) are the two endpoints of one
-deployment in a pool file; `maserve run --engine fleet` places on both by least-outstanding.
+deployment in a pool file; a native run of 6 `fork_join` roots (`--engine fleet`) places on both
+by least-outstanding.
 Once a few ops are recorded one server is SIGKILLed: its in-flight ops fail as attempts, the
 fleet marks it dead and the dispatcher places them again on the survivor, where they finish as
 attempt + 1. Nothing recorded before the kill is lost from the ledger.
@@ -80,7 +81,7 @@ def test_killed_endpoint_is_rerouted_and_every_root_finishes(
         try:
             box.append(
                 run_native(
-                    "refinement_loop", users=ROOTS, seed=2, ledger=ledger, trace_id=tid,
+                    "fork_join", users=ROOTS, seed=2, ledger=ledger, trace_id=tid,
                     pool=load_pool_file(pool_path), engine="fleet", plan="least-outstanding",
                     fleet_options=options,
                 )
@@ -139,3 +140,7 @@ def test_killed_endpoint_is_rerouted_and_every_root_finishes(
     assert failed, "no attempt was lost with the killed server"
     assert all(op.error and dead_name in op.error for op in failed)
     assert all(len(by_op[op.op_id]) >= 2 for op in failed)
+    print(  # the figures the README quotes (`pytest -s`)
+        f"fleet: {ROOTS} roots, {len(by_op)} model ops, {len(failed)} failed attempts on "
+        f"{dead_name}, {dispatcher.stats.num_rerouted} re-placements"
+    )

@@ -6,6 +6,8 @@ dispatcher places on a fleet with the same plans as on the simulator (least-outs
 session). Capability discovery runs per endpoint, in parallel, when the fleet opens; an endpoint
 that does not answer then is a one-line error naming the pool file, deployment and URL.
 
+`fleet_open.open_fleet` builds it (discovery per endpoint).
+
 Health, at the edge (a `fleet-health` thread; the dispatcher only reads `lifecycle`):
 
 - **dead**: an op that ends on an endpoint with a connection error or a timeout (the engine's
@@ -31,11 +33,10 @@ Examples:
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
@@ -43,7 +44,6 @@ import httpx
 
 from maserve_prefect.engines.openai.engine import OpenAIEngine
 from maserve_prefect.engines.openai.retry import RetryPolicy
-from maserve_prefect.engines.poolfile import PoolFile
 from maserve_prefect.engines.target import EngineTarget
 from maserve_prefect.errors import ConfigError, MaserveError
 from maserve_prefect.protocol.capabilities import Capabilities
@@ -54,7 +54,7 @@ from maserve_prefect.protocol.outcomes import Acceptance, Outcome, Ticket
 from maserve_prefect.protocol.requests import Request
 from maserve_prefect.protocol.state import EngineState, Lifecycle
 
-__all__ = ["Endpoint", "Fleet", "FleetOptions", "endpoint_name", "open_fleet"]
+__all__ = ["Endpoint", "Fleet", "FleetOptions", "endpoint_name"]
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def endpoint_name(deployment: str, base_url: str) -> str:
     return f"{deployment}@{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
-def _first_line(text: str, limit: int = 160) -> str:
+def first_line(text: str, limit: int = 160) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -169,7 +169,7 @@ class Endpoint:
 class Fleet:
     """The endpoints of a run and their health; the dispatcher's `Failover` (module docstring).
 
-    Build it with `open_fleet`. `replicas()` is what the dispatcher places on; `watch(fn)` has
+    Build it with `fleet_open.open_fleet`. `replicas()` is what the dispatcher places on; `watch(fn)` has
     `fn(replica_name)` called (through `deliver`) when an endpoint is probed back in; `close()`
     stops the health thread and every engine.
     """
@@ -225,7 +225,7 @@ class Fleet:
         eps = [e for e in self.endpoints if e.deployment == deployment]
         if not eps or any(e.live for e in eps):
             return None
-        why = "; ".join(f"{e.url} dead: {_first_line(e.dead_reason, 100)}" for e in eps)
+        why = "; ".join(f"{e.url} dead: {first_line(e.dead_reason, 100)}" for e in eps)
         return (
             f"pool file {self.source}: deployment {deployment}: no live endpoint ({why}); "
             f"each is probed every {self.options.probe_max_s:g} s at most — restart one"
@@ -244,8 +244,8 @@ class Fleet:
             ep.num_probes = 0
             ep.close_pending = True
             ep.next_check_s = time.monotonic() + self.options.probe_delay_s(0)
-            self.log.append((ep.name, "dead", _first_line(reason)))
-        log.warning("fleet: %s marked dead: %s", ep.name, _first_line(reason))
+            self.log.append((ep.name, "dead", first_line(reason)))
+        log.warning("fleet: %s marked dead: %s", ep.name, first_line(reason))
         self._wake.set()
 
     def _run(self) -> None:
@@ -256,7 +256,7 @@ class Fleet:
                     e.close_pending = False
                 due = min((e.next_check_s for e in self.endpoints), default=None)
             for e in pending:  # ops in flight there end now (ABORTED) and are re-placed
-                self._close_engine(e.engine)
+                self.close_engine(e.engine)
             now = time.monotonic()
             if due is not None and due <= now:
                 for e in self.endpoints:
@@ -288,7 +288,10 @@ class Fleet:
             try:
                 engine = self._make_engine(ep).start()  # discovery again: it may have changed
             except MaserveError as exc:
-                why = _first_line(str(exc))
+                why = first_line(str(exc))
+        if engine is not None and self._stop.is_set():  # the fleet closed meanwhile
+            self.close_engine(engine)
+            return
         with self._lock:
             if engine is None:
                 ep.num_probes += 1
@@ -316,7 +319,8 @@ class Fleet:
         return resp.status_code == 200, f"HTTP {resp.status_code}"
 
     @staticmethod
-    def _close_engine(engine: OpenAIEngine) -> None:
+    def close_engine(engine: OpenAIEngine) -> None:
+        """Close `engine`; an error it reports (a ticket callback's) is logged, not raised."""
         try:
             engine.close()
         except MaserveError as exc:  # a callback's error surfaced at close: keep watching
@@ -332,73 +336,4 @@ class Fleet:
             for ep in self.endpoints:
                 ep.closed = True
         for ep in self.endpoints:
-            self._close_engine(ep.engine)
-
-
-def open_fleet(
-    pool_file: PoolFile,
-    deployments: Sequence[str],
-    *,
-    now: Callable[[], float],
-    deliver: Deliver | None,
-    options: FleetOptions | None = None,
-    engine_kwargs: Mapping[str, object] | None = None,
-) -> Fleet:
-    """Discover every endpoint of `deployments` (in parallel) and return the fleet.
-
-    Raises:
-        ConfigError: a deployment lists no endpoint, or one does not answer discovery (one line:
-            pool file, deployment, URL, why); nothing is left running.
-    """
-    opts = options or FleetOptions()
-    source = pool_file.source or "(inline)"
-    entries = {d.name: d for d in pool_file.deployments}
-    planned: list[tuple[str, EngineTarget, str]] = []
-    for name in deployments:
-        entry = entries.get(name)
-        if entry is None or not entry.replicas:
-            raise ConfigError(
-                f"pool file {source}: deployment {name}: no endpoints; list them under "
-                "`replicas: [http://HOST:PORT, ...]` to run it with --engine fleet"
-            )
-        planned += [(name, t, u) for t, u in zip(entry.endpoints(), entry.replicas, strict=True)]
-    kwargs = dict(engine_kwargs or {})
-
-    def make(dep: str, target: EngineTarget) -> OpenAIEngine:
-        return OpenAIEngine(
-            target.base_url,
-            model=target.model,
-            name=endpoint_name(dep, target.base_url),
-            deployment=dep,
-            now=now,
-            deliver=deliver,
-            retry=FLEET_RETRY,
-            discovery_timeout_s=opts.discovery_timeout_s,
-            **(target.client_auth() | kwargs),  # type: ignore[arg-type]
-        )
-
-    engines = [make(dep, t) for dep, t, _ in planned]
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(8, len(engines)))) as pool:
-        results = list(pool.map(_started, engines))
-    failed = [(p, err) for p, err in zip(planned, results, strict=True) if err is not None]
-    if failed:
-        for eng in engines:
-            Fleet._close_engine(eng)
-        (dep, _, url), err = failed[0]
-        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        raise ConfigError(
-            f"pool file {source}: deployment {dep}: endpoint {url} did not answer discovery"
-            f"{more}: {_first_line(err, 240)}"
-        )
-    endpoints = [Endpoint(d, t, u, e) for (d, t, u), e in zip(planned, engines, strict=True)]
-    return Fleet(
-        endpoints, source, opts, lambda ep: make(ep.deployment, ep.target), deliver=deliver
-    )
-
-
-def _started(engine: OpenAIEngine) -> str | None:
-    try:
-        engine.start()
-    except MaserveError as exc:
-        return str(exc)
-    return None
+            self.close_engine(ep.engine)

@@ -16,7 +16,8 @@ from openai_stub import StubConfig, StubServer, _make_handler
 
 from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.snapshot import Unit
-from maserve_prefect.engines.openai.fleet import Fleet, FleetOptions, endpoint_name, open_fleet
+from maserve_prefect.engines.openai.fleet import Fleet, FleetOptions, endpoint_name
+from maserve_prefect.engines.openai.fleet_open import open_fleet
 from maserve_prefect.engines.poolfile import PoolFile
 from maserve_prefect.engines.vllm.server import free_port
 from maserve_prefect.errors import ConfigError
