@@ -145,3 +145,16 @@ def test_bad_fleet_pool_files_are_one_line_naming_the_file(
     with pytest.raises(ConfigError, match=message) as info:
         load_pool_file(path)
     assert str(info.value).startswith(f"pool file {path}: ") and "\n" not in str(info.value)
+
+
+def test_fleet_is_an_engine_target_for_native_runs_only() -> None:
+    from maserve_prefect.engines.target import parse_engine, parse_single_engine
+    from maserve_prefect.errors import UnsupportedError
+
+    target = parse_engine("fleet")
+    assert target.is_fleet and not target.is_sim and str(target) == "fleet"
+    with pytest.raises(ConfigError, match="give each endpoint its own `\\?api_key_env=NAME`"):
+        target.with_api_key_env("KEY")
+    with pytest.raises(UnsupportedError, match="--engine fleet: maserve replay runs on 'sim'"):
+        parse_single_engine("fleet", "maserve replay")
+    assert parse_single_engine("openai:http://h:1", "maserve replay").kind == "openai"

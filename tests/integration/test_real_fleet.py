@@ -90,6 +90,7 @@ def test_killed_endpoint_is_rerouted_and_every_root_finishes(
             errors.append(exc)
 
     runner = threading.Thread(target=body, name="fleet-run")
+    start_s = time.monotonic()
     runner.start()
     before: list = []
     deadline = time.monotonic() + 240
@@ -105,6 +106,7 @@ def test_killed_endpoint_is_rerouted_and_every_root_finishes(
     doomed.kill()
     runner.join(timeout=400)
     assert not runner.is_alive() and not errors, errors
+    run_s = time.monotonic() - start_s
     run = box[0]
 
     # Every root finished, on the survivor.
@@ -142,5 +144,5 @@ def test_killed_endpoint_is_rerouted_and_every_root_finishes(
     assert all(len(by_op[op.op_id]) >= 2 for op in failed)
     print(  # the figures the README quotes (`pytest -s`)
         f"fleet: {ROOTS} roots, {len(by_op)} model ops, {len(failed)} failed attempts on "
-        f"{dead_name}, {dispatcher.stats.num_rerouted} re-placements"
+        f"{dead_name}, {dispatcher.stats.num_rerouted} re-placements; run {run_s:.0f} s"
     )

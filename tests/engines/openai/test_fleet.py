@@ -15,6 +15,7 @@ import pytest
 from openai_stub import StubConfig, StubServer, _make_handler
 
 from maserve_prefect.dispatch.dispatcher import Dispatcher
+from maserve_prefect.dispatch.routes import ROUTES
 from maserve_prefect.dispatch.snapshot import Unit
 from maserve_prefect.engines.openai.fleet import Fleet, FleetOptions, endpoint_name
 from maserve_prefect.engines.openai.fleet_open import open_fleet
@@ -227,3 +228,22 @@ def test_a_deployment_without_endpoints_is_refused() -> None:
     ).check()  # fmt: skip
     with pytest.raises(ConfigError, match=r"pool file p.yaml: deployment main: no endpoints"):
         open_fleet(pf, ["main"], now=time.monotonic, deliver=None)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_places_on_the_fleets_endpoints(servers: list[Killable], route: str) -> None:
+    servers += [Killable(StubConfig(chunk_delay_s=0.02)), Killable(StubConfig(chunk_delay_s=0.02))]
+    h = open_harness(servers)
+    h.dispatcher = Dispatcher(h.fleet.replicas, time.monotonic, route, failover=h.fleet)
+    try:
+        for i in range(4):  # one root: `session` keeps it home unless the home is too busy
+            h.submit(f"u{i}")
+        until(lambda: len(h.done) == 4, "every op")
+        assert all(o.status is OutcomeStatus.COMPLETED for o in h.done.values())
+        used = {p[-1] for p in h.placed.values()}
+        if route == "session":  # sticky: the root's home takes them all (within the bound)
+            assert len(used) == 1
+        else:  # least-outstanding, and prefix with no cached prefix known: spread over both
+            assert used == {e.name for e in h.fleet.endpoints}
+    finally:
+        h.fleet.close()
