@@ -41,8 +41,8 @@ def two_servers(vllm_python: Path, tiny_model: Path, tmp_path: Path) -> Iterator
     try:
         for s in servers:
             s.start()
-        for s in servers:
-            s.wait_healthy(timeout_s=300)
+        loads = [s.wait_healthy(timeout_s=300) for s in servers]
+        print(f"fleet: both servers healthy {max(loads):.0f} s after spawn")  # `pytest -s`
         yield servers
     finally:
         for s in servers:
