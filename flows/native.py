@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import copy_context
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from maserve_prefect.flows.compose import run_workload
@@ -51,6 +51,9 @@ from maserve_prefect.taskrunner.wallgate import WallGate
 from maserve_prefect.trace.ledger import Ledger
 from maserve_prefect.trace.model import Manifest, OpRecord, Trace
 
+if TYPE_CHECKING:
+    from maserve_prefect.engines.openai.fleet import FleetOptions
+
 
 @dataclass(slots=True)
 class _RunConfig:
@@ -73,6 +76,25 @@ NativeReplicaFactory = Callable[
 """Builds a real engine's replicas for a native run: given the run's clock (`now`), a `deliver`
 that runs engine callbacks under the gate's lock, and the deployment names; returns the replicas
 and a function that closes them."""
+
+
+def _fleet_dispatcher(
+    wall: WallGate,
+    pool_file: PoolFile,
+    deployments: Sequence[str],
+    plan: str,
+    options: FleetOptions | None,
+) -> tuple[Dispatcher, Callable[[], None]]:
+    """A dispatcher over the pool file's endpoints, the fleet its failover; and the closer."""
+    from maserve_prefect.engines.openai.fleet_open import open_fleet
+
+    def deliver(fn: Callable[[], None]) -> None:
+        wall.defer(None, fn)
+
+    fleet = open_fleet(pool_file, deployments, now=wall.now, deliver=deliver, options=options)
+    dispatcher = Dispatcher(fleet.replicas, wall.now, plan, failover=fleet)
+    fleet.watch(dispatcher.on_lifecycle_done)  # called through `deliver`, under the gate lock
+    return dispatcher, fleet.close
 
 
 def _openai_factory(target: EngineTarget) -> NativeReplicaFactory:
@@ -158,11 +180,16 @@ def run_native(
     pool_start: str = "warm",
     cancel: threading.Event | None = None,
     cancel_grace_s: float = CANCEL_GRACE_S,
+    fleet_options: FleetOptions | None = None,
 ) -> NativeRun:
     """Realize `users` roots of `workflow` on an engine (see the module docstring).
 
     Args:
-        engine: "sim" (virtual time, the default) or a real engine (`openai:URL`, wall time).
+        engine: "sim" (virtual time, the default) or a real engine (`openai:URL`, wall time), or
+            "fleet": the endpoints `pool` lists per deployment (`replicas:`), placed by `plan`
+            (e.g. "least-outstanding", "prefix", "session"); an endpoint that stops answering
+            is marked dead, its ops are placed again elsewhere and it is probed back in
+            (`engines.openai.fleet`).
         content_source: on a real engine, "binding" locks output lengths and template decisions
             to the binding's seeded draws (reproducible work, text from the model); "engine"
             generates freely.
@@ -178,6 +205,8 @@ def run_native(
             and the run returns with `cancelled=True` once its roots have ended or
             `cancel_grace_s` has passed, whichever is first (roots still running then are left
             to the caller, who exits the process).
+        fleet_options: how a fleet probes and heartbeats its endpoints (default
+            `FleetOptions()`).
 
     Raises:
         ConfigError: a cold start under a plain plan (nothing would ever load).
@@ -221,6 +250,12 @@ def run_native(
             f"plan {plan!r} / pool_start {pool_start!r} on {target}: pool plans drive the "
             "simulator's pool only for now; run real engines with plan='fcfs' and a warm pool"
         )
+    elif target.is_fleet and replicas_factory is None:
+        wall = WallGate()
+        gate = wall
+        dispatcher, close_engine = _fleet_dispatcher(
+            wall, pool_file, sorted(set(deployments.values())), plan, fleet_options
+        )
     else:
         wall = WallGate()
         gate = wall
@@ -228,7 +263,7 @@ def run_native(
         replicas, close_engine = factory(
             wall.now, lambda fn: wall.defer(None, fn), sorted(set(deployments.values()))
         )
-        dispatcher = Dispatcher(lambda: replicas, wall.now)
+        dispatcher = Dispatcher(lambda: replicas, wall.now, plan)
     start_s = gate.now()
     manifest = Manifest(
         trace_id=trace_id or f"{wf.name}-{b.binding_id}-s{seed}-u{users}",

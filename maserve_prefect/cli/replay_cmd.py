@@ -52,7 +52,8 @@ from rich.console import Console
 from rich.table import Table
 
 from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir
-from maserve_prefect.cli.run_cmd import ApiKeyEnv, fail, parse_engine
+from maserve_prefect.cli.run_cmd import ApiKeyEnv, fail
+from maserve_prefect.engines.target import parse_single_engine
 from maserve_prefect.errors import MaserveError
 from maserve_prefect.replay.arms import ScenarioResult
 from maserve_prefect.replay.conformance import failure_reason
@@ -224,7 +225,7 @@ def replay_cmd(
     console = Console(width=130)
     try:
         if engine is not None:
-            parse_engine(engine)
+            parse_single_engine(engine, "maserve replay")
         for path, what in ((out, "--out"), (plots, "--plots")):
             if path is not None:
                 check_out_dir(path, what)
@@ -234,7 +235,7 @@ def replay_cmd(
         if timeout is not None:
             sc = sc.model_copy(update={"timeout_s": timeout})
         # The file's engine fails here too, before any work; only its redacted form goes on.
-        target = parse_engine(sc.engine).with_api_key_env(api_key_env)
+        target = parse_single_engine(sc.engine, "maserve replay").with_api_key_env(api_key_env)
         if not target.is_sim:
             target.client_auth()  # an unset API key variable fails before any work
         sc = sc.model_copy(update={"engine": str(target)})

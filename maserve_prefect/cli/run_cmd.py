@@ -131,8 +131,19 @@ def run_cmd(
     ] = None,
     users: Annotated[int, typer.Option(min=1, help="Roots (users) to realize.")] = 1,
     engine: Annotated[
-        str, typer.Option(help="'sim' or 'openai:URL[#MODEL]' (an OpenAI-compatible server).")
+        str,
+        typer.Option(
+            help="'sim', 'openai:URL[#MODEL]' (an OpenAI-compatible server), or 'fleet' (the "
+            "endpoints the --pool file lists per deployment under `replicas:`)."
+        ),
     ] = "sim",
+    route: Annotated[
+        str | None,
+        typer.Option(
+            help="Where each ready call goes among a deployment's replicas: "
+            "least-outstanding (default), prefix or session."
+        ),
+    ] = None,
     content: Annotated[
         str,
         typer.Option(
@@ -187,14 +198,29 @@ def run_cmd(
             raise ConfigError(f"--arrival-rate {arrival_rate}: give a finite rate > 0 roots/s")
         if content not in ("binding", "engine"):
             raise ConfigError(f"--content {content!r}: use 'binding' or 'engine'")
+        from maserve_prefect.dispatch.routes import ROUTES
+
+        if route is not None and route not in ROUTES:
+            raise ConfigError(f"--route {route!r}: use one of {', '.join(ROUTES)}")
         target = parse_engine(engine).with_api_key_env(api_key_env)
-        if not target.is_sim:  # fail fast, before Prefect starts, when the server is not there
+        if target.is_fleet and pool is None:
+            raise ConfigError(
+                "--engine fleet: give --pool FILE whose deployments list their endpoints "
+                "(`replicas: [http://HOST:PORT, ...]`)"
+            )
+        if (
+            target.kind == "openai"
+        ):  # fail fast, before Prefect starts, when the server is not there
             from maserve_prefect.engines.openai.discovery import discover
 
             discover(target.base_url, model=target.model, probe=False, **target.client_auth())
         wf = get_workflow(workflow)
         b = get_binding(binding or wf.default_binding)
         pool_file = load_pool_file(pool) if pool is not None else None
+        if target.is_fleet and pool_file is not None:  # fail fast, as for one server
+            from maserve_prefect.engines.openai.fleet_open import check_endpoints
+
+            check_endpoints(pool_file)
         dest = out if out is not None else Path("out") / f"{wf.name}-s{seed}"
         check_out_dir(dest, "--out")
         if dest.exists() and not force and (not dest.is_dir() or any(dest.iterdir())):
@@ -211,7 +237,7 @@ def run_cmd(
                 run = run_native(
                     wf, b, users=users, seed=seed, pool=pool_file, ledger=ledger,
                     arrival_rate=arrival_rate, trace_id=tid, engine=target,
-                    content_source=content, cancel=stop,
+                    content_source=content, cancel=stop, plan=route or "fcfs",
                 )  # fmt: skip
                 if run.cancelled:  # Ctrl-C: a second one still exits at once
                     report = record_cancelled(

@@ -14,6 +14,11 @@ A unit the engine refuses at submission, or that no live replica will ever serve
 with a synthetic `Outcome` (status REJECTED, or FAILED with the reason) through its `on_done`,
 so a caller always gets exactly one outcome per ready unit.
 
+Failover (`dispatch.failover`): with a `Failover` (a fleet of endpoints), a unit that ended badly
+on a replica the failover says stopped answering — or was refused by one it has marked dead — is
+made ready again with its attempts so far, and the same plan places it on a live replica; its
+one outcome, when it comes, carries every attempt.
+
 Threading: every method runs on the clock's thread (the lockstep gate's clock thread in virtual
 time, or under the gate's lock in wall time), so the books need no locks of their own.
 
@@ -44,13 +49,14 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from maserve_prefect.dispatch.books import Books, PlainBooks
+from maserve_prefect.dispatch.failover import Failover, lost_attempts, with_attempts
 from maserve_prefect.dispatch.plans import Plan, get_plan
 from maserve_prefect.dispatch.routes import PrefixProbe, replica_prefix_probe
 from maserve_prefect.dispatch.snapshot import Decisions, ReplicaView, Snapshot, Unit
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.protocol.controls import Control
 from maserve_prefect.protocol.engine import Replica
-from maserve_prefect.protocol.outcomes import Acceptance, Outcome, OutcomeStatus, Ticket
+from maserve_prefect.protocol.outcomes import Acceptance, Attempt, Outcome, OutcomeStatus, Ticket
 from maserve_prefect.protocol.requests import Request
 
 
@@ -79,6 +85,13 @@ class _Pending:
     controls: tuple[Control, ...]
     on_submitted: Callable[[float, str], None] | None
     on_done: Callable[[Outcome], None]
+    carried: tuple[Attempt, ...] = ()
+    """Attempts made on replicas that stopped answering (failover), oldest first."""
+    num_reroutes: int = 0
+
+    def end(self, outcome: Outcome) -> None:
+        """Hand the unit's one outcome to its caller, with the attempts it carries."""
+        self.on_done(with_attempts(outcome, self.carried))
 
 
 class PlanObserver(Protocol):
@@ -97,6 +110,7 @@ class DispatcherStats:
     num_plans: int = 0
     num_submitted: int = 0
     num_rejected: int = 0
+    num_rerouted: int = 0
     by_event: dict[str, int] = field(default_factory=dict)
 
 
@@ -115,6 +129,8 @@ class Dispatcher:
         prefix_probe: how a plan that places by cached prefix (`needs_prefix`, e.g. `prefix`)
             learns what each replica holds for a ready request (default: the replica's own
             `cached_prefix_tokens`, 0 for a replica without one; `dispatch.routes`).
+        failover: re-places units whose replica stopped answering (`dispatch.failover`); None:
+            every outcome goes straight to its caller.
     """
 
     def __init__(
@@ -127,6 +143,7 @@ class Dispatcher:
         observer: PlanObserver | None = None,
         max_outstanding: Mapping[str, int] | None = None,
         prefix_probe: PrefixProbe = replica_prefix_probe,
+        failover: Failover | None = None,
     ) -> None:
         self._replicas = replicas
         self._now = now
@@ -135,6 +152,9 @@ class Dispatcher:
         self._cadence = self.books.cadence
         self._caps = dict(max_outstanding or {})
         self._probe = prefix_probe
+        self._failover = failover
+        self._planning = False  # a plan is being applied: events now plan again after it
+        self._replan = False
         self._session_homes: dict[str, str] = {}
         self._ready: dict[str, _Pending] = {}  # in the order they became ready
         self._inflight: dict[str, str] = {}
@@ -148,6 +168,11 @@ class Dispatcher:
         attach = getattr(self.books, "attach", None)
         if attach is not None:
             attach(self.on_lifecycle_done)
+
+    @property
+    def failover(self) -> Failover | None:
+        """What re-places units whose replica stopped answering (None: nothing does)."""
+        return self._failover
 
     # -- events ----------------------------------------------------------------------------
 
@@ -201,10 +226,33 @@ class Dispatcher:
     def _on_complete(self, pending: _Pending, replica: str, outcome: Outcome) -> None:
         self._inflight.pop(pending.unit.unit_id, None)
         self._outstanding[replica] = self._outstanding.get(replica, 1) - 1
+        if self._rerouted(pending, replica, outcome):
+            return
         with self.batch():  # what the completion releases is decided together with it
             self.books.done(pending.unit.unit_id, replica, self._now())
-            pending.on_done(outcome)
+            pending.end(outcome)
         self._event("complete")
+
+    def _rerouted(self, pending: _Pending, replica: str, outcome: Outcome) -> bool:
+        """Make the unit ready again when the failover says its replica stopped answering."""
+        failover = self._failover
+        if (
+            failover is None
+            or outcome.status is OutcomeStatus.COMPLETED
+            or not failover.reroute(replica, outcome, pending.num_reroutes)
+        ):
+            return False
+        unit = pending.unit
+        now = self._now()
+        pending.carried += lost_attempts(outcome, replica)
+        pending.num_reroutes += 1
+        self.stats.num_rerouted += 1
+        ran = outcome.status is not OutcomeStatus.REJECTED  # refused at submission: never ran
+        self.books.done(unit.unit_id, replica if ran else None, now)
+        self._ready[unit.unit_id] = pending
+        self.books.ready(unit, now)
+        self._event("reroute")
+        return True
 
     def _settled(self, unit_id: str) -> bool:
         return unit_id in self._ready or unit_id in self._inflight
@@ -296,6 +344,8 @@ class Dispatcher:
                 self._held = True
             else:
                 self._request_plan()
+        elif self._planning:
+            self._replan = True  # an event raised while a plan is applied: plan once after it
         elif self._ready:
             self._plan()
 
@@ -311,6 +361,16 @@ class Dispatcher:
         self._plan()
 
     def _plan(self) -> None:
+        self._planning = True
+        try:
+            self._plan_once()
+            while self._replan and self._ready:
+                self._replan = False
+                self._plan_once()
+        finally:
+            self._planning = self._replan = False
+
+    def _plan_once(self) -> None:
         now = self._now()
         if self._observer is not None:
             self._observer.before_plan(now)
@@ -322,7 +382,9 @@ class Dispatcher:
             pending = self._ready.pop(unit_id, None)
             if pending is not None:
                 self.stats.num_rejected += 1
-                pending.on_done(_ended(pending.request, now, OutcomeStatus.FAILED, reason))
+                if self._failover is not None:
+                    reason = self._failover.no_live_reason(pending.unit.deployment) or reason
+                pending.end(_ended(pending.request, now, OutcomeStatus.FAILED, reason))
         if self._observer is not None:
             self._observer.after_plan(now)
 
@@ -358,10 +420,13 @@ class Dispatcher:
             pending.on_submitted(now, replica.name)
         unit = pending.unit
         if ticket.acceptance is not Acceptance.ACCEPTED:
+            error = f"{ticket.acceptance.value} by {replica.name}: {ticket.reason}"
+            refused = _ended(pending.request, now, OutcomeStatus.REJECTED, error)
+            if self._rerouted(pending, replica.name, refused):
+                return
             self.stats.num_rejected += 1
             self.books.done(unit.unit_id, None, now)
-            error = f"{ticket.acceptance.value} by {replica.name}: {ticket.reason}"
-            pending.on_done(_ended(pending.request, now, OutcomeStatus.REJECTED, error))
+            pending.end(refused)
             return
         self.stats.num_submitted += 1
         name = replica.name

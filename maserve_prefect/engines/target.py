@@ -1,7 +1,8 @@
 """Which engine a run or replay targets: the embedded simulator or an OpenAI-compatible server.
 
 One idea: the CLI's `--engine` text is parsed once into an `EngineTarget`; everything downstream
-branches on `target.is_sim` and never re-parses strings. `openai:URL` names a server's base URL
+branches on `target.is_sim` / `target.is_fleet` and never re-parses strings. `fleet` names the
+endpoints the pool file lists per deployment (`replicas:`; `engines.openai.fleet`). `openai:URL` names a server's base URL
 (with or without the `/v1` suffix); `openai:URL#MODEL` pins the served model when the server has
 several.
 
@@ -20,8 +21,8 @@ artifacts and messages show — never holds a secret:
   started with `--api-key`).
 
 Examples:
-    >>> parse_engine("sim").is_sim
-    True
+    >>> parse_engine("sim").is_sim, parse_engine("fleet").is_fleet
+    (True, True)
     >>> t = parse_engine("openai:http://127.0.0.1:8000/v1#tiny")
     >>> (t.kind, t.base_url, t.model)
     ('openai', 'http://127.0.0.1:8000', 'tiny')
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, UnsupportedError
 
 REDACTED = "***"
 """What `str(target)` shows in place of a URL's user info."""
@@ -69,7 +70,7 @@ class EngineTarget:
     """A parsed `--engine` value.
 
     Attributes:
-        kind: "sim" or "openai".
+        kind: "sim", "openai" or "fleet" (the pool file's endpoints).
         base_url: the server root without a trailing `/v1` and without user info (openai only).
         model: the served model name to address, or None for the server's only model.
         api_key_env: the environment variable holding the API key, or None.
@@ -86,9 +87,13 @@ class EngineTarget:
     def is_sim(self) -> bool:
         return self.kind == "sim"
 
+    @property
+    def is_fleet(self) -> bool:
+        return self.kind == "fleet"
+
     def __str__(self) -> str:
-        if self.is_sim:
-            return "sim"
+        if self.is_sim or self.is_fleet:
+            return self.kind
         url = _with_userinfo(self.base_url, REDACTED) if self.basic_auth else self.base_url
         query = f"?api_key_env={self.api_key_env}" if self.api_key_env else ""
         return f"openai:{url}{query}" + (f"#{self.model}" if self.model else "")
@@ -103,6 +108,11 @@ class EngineTarget:
             return self
         if self.is_sim:
             raise ConfigError("--api-key-env applies to an OpenAI-compatible engine, not 'sim'")
+        if self.is_fleet:
+            raise ConfigError(
+                "--api-key-env does not apply to --engine fleet: give each endpoint its own "
+                "`?api_key_env=NAME` in the pool file's `replicas:`"
+            )
         return _checked(replace(self, api_key_env=_env_name(name, "--api-key-env")))
 
     def api_key(self, env: Mapping[str, str] | None = None) -> str:
@@ -150,6 +160,23 @@ class EngineTarget:
         return ClientAuth(api_key=self.api_key(), headers=self.auth_headers())
 
 
+def parse_single_engine(text: str | EngineTarget, what: str) -> EngineTarget:
+    """`parse_engine` for commands that drive the simulator or one server (`what` names the
+    command in the message): `fleet` is refused.
+
+    Raises:
+        UnsupportedError: `fleet`.
+        ConfigError: as `parse_engine`.
+    """
+    target = parse_engine(text)
+    if target.is_fleet:
+        raise UnsupportedError(
+            f"--engine fleet: {what} runs on 'sim' or one 'openai:URL' for now; a fleet of "
+            "endpoints drives `maserve run` (native runs)"
+        )
+    return target
+
+
 def _env_name(name: str, where: str) -> str:
     if not _ENV_NAME.match(name):
         raise ConfigError(  # the value is not shown: it may be the key itself
@@ -178,7 +205,7 @@ def _bad(shown: str, why: str) -> ConfigError:
 
 
 def parse_engine(text: str | EngineTarget) -> EngineTarget:
-    """Parse `sim` or `openai:URL[?api_key_env=NAME][#MODEL]` (see the module docstring).
+    """Parse `sim`, `fleet` or `openai:URL[?api_key_env=NAME][#MODEL]` (module docstring).
 
     Raises:
         ConfigError: anything else, naming the accepted forms (a message never repeats a
@@ -186,8 +213,8 @@ def parse_engine(text: str | EngineTarget) -> EngineTarget:
     """
     if isinstance(text, EngineTarget):
         return text
-    if text == "sim":
-        return EngineTarget("sim")
+    if text in ("sim", "fleet"):
+        return EngineTarget(text)
     if not text.startswith("openai:"):
         raise _bad(
             _redact_text(text),

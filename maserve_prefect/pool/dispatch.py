@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.dispatch.dispatcher import Dispatcher
 from maserve_prefect.dispatch.plans import Plan, get_plan
-from maserve_prefect.engines.poolfile import PoolFile
+from maserve_prefect.engines.poolfile import PoolFile, require_devices
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.pool.baselines import RequestLevelPlan
@@ -91,6 +91,7 @@ def sim_pool_dispatcher(
             f"pool file {pool_file.source or '(inline)'}: no deployment {unknown}; have "
             f"{sorted(entries)}"
         )
+    require_devices(pool_file)
     pool = SimPool(kernel, pool_file.devices)
     control = PoolController(
         SimPoolHandle(pool),

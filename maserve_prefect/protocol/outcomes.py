@@ -55,6 +55,9 @@ class Attempt:
     """One try of a request at an engine (real engines retry 5xx, connection errors, timeouts).
 
     Times are on the engine's clock (seconds); `error` is None for the attempt that succeeded.
+    `kind` classifies a failed attempt when the engine did ("connection", "timeout", "5xx", ...:
+    `engines.openai.retry.ERROR_KINDS`); a fleet takes "connection" and "timeout" to mean the
+    endpoint stopped answering.
     """
 
     number: int
@@ -62,6 +65,7 @@ class Attempt:
     end_s: float
     error: str | None = None
     status_code: int | None = None
+    kind: str | None = None
 
 
 @dataclass(slots=True)

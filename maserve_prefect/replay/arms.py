@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from maserve_prefect.engines.poolfile import PoolFile, default_pool_file, load_pool_file
-from maserve_prefect.engines.target import parse_engine
+from maserve_prefect.engines.target import parse_engine, parse_single_engine
 from maserve_prefect.errors import ConfigError, EngineError, IllegalReleaseError
 from maserve_prefect.metrics.task import RootStatus, root_class
 from maserve_prefect.replay.arm_summary import (
@@ -342,7 +342,7 @@ def run_scenario(
         ...
         maserve_prefect.errors.ConfigError: --engine 'tgi': expected 'sim' or 'openai:URL' (e.g. openai:http://127.0.0.1:8000)
     """
-    parse_engine(scenario.engine)
+    parse_single_engine(scenario.engine, "a replay scenario")
     ts = build_trace_set(scenario, loaded)
     check_deadline_classes(scenario, ts)
     for arm in scenario.arms:

@@ -36,7 +36,7 @@ from maserve_prefect.clock import WallClock
 from maserve_prefect.clock.kernel import Kernel
 from maserve_prefect.engines.poolfile import PoolFile, build_sim_pool, default_pool_file
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
-from maserve_prefect.engines.target import EngineTarget, parse_engine
+from maserve_prefect.engines.target import EngineTarget, parse_single_engine
 from maserve_prefect.errors import ConfigError, DiscoveryTimeoutError, SimulationError
 from maserve_prefect.metrics.task import RootStatus, root_latencies
 from maserve_prefect.protocol.engine import Replica
@@ -213,7 +213,7 @@ def replay_trace(
             f"unknown {sorted(set(order) - known)[:5]}"
         )
     pool_file = pool_file or default_pool_file()
-    target = parse_engine(engine)
+    target = parse_single_engine(engine, "a replay")
     if replicas_factory is not None or not target.is_sim:
         return _replay_wall(
             source, store, rule, order, arrivals, pool_file, plan, lock, name, notes, target,

@@ -102,3 +102,24 @@ def test_export_needs_one_of_flow_run_or_run() -> None:
     result = runner.invoke(make_app(), ["trace", "export"])
     assert result.exit_code == 1
     assert "exactly one of --flow-run" in result.output
+
+
+def test_fleet_engine_needs_a_pool_file_with_reachable_endpoints(tmp_path: Path) -> None:
+    result = runner.invoke(make_app(), ["run", "fork_join", "--engine", "fleet"])
+    assert result.exit_code == 1 and "--engine fleet: give --pool FILE" in result.output
+    result = runner.invoke(make_app(), ["run", "fork_join", "--route", "random"])
+    assert result.exit_code == 1 and "--route 'random': use one of" in result.output
+    result = runner.invoke(
+        make_app(), ["run", "fork_join", "--engine", "fleet", "--api-key-env", "KEY"]
+    )
+    assert result.exit_code == 1 and "give each endpoint its own" in result.output
+    nowhere = "http://127.0.0.1:9"
+    pool = tmp_path / "fleet.yaml"
+    pool.write_text(f"deployments: [{{name: main, model: Qwen3-8B, replicas: [{nowhere}]}}]\n")
+    result = runner.invoke(
+        make_app(), ["run", "fork_join", "--engine", "fleet", "--pool", str(pool)]
+    )
+    assert result.exit_code == 1
+    assert f"pool file {pool}: deployment main: endpoint {nowhere} did not answer" in " ".join(
+        result.output.split()
+    )

@@ -602,7 +602,9 @@ class OpenAIEngine:
                 except Exception as exc:
                     fail = classify_error(exc)
                     job.attempts.append(
-                        Attempt(number, start_s, self._now(), fail.message, fail.status_code)
+                        Attempt(
+                            number, start_s, self._now(), fail.message, fail.status_code, fail.kind
+                        )
                     )
                     self._unreachable = fail.kind == "connection"
                 else:
