@@ -70,6 +70,13 @@ LOG_FILE = "server.log"
 HOST = "127.0.0.1"
 # Lines of the server log quoted when it fails to start.
 LOG_TAIL_LINES = 20
+DB_URL_ENV = "PREFECT_API_DATABASE_CONNECTION_URL"
+POSTGRES_POOL = {
+    "PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_SIZE": "20",
+    "PREFECT_SERVER_DATABASE_SQLALCHEMY_MAX_OVERFLOW": "40",
+    "PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_TIMEOUT": "600",
+}
+"""The managed server's connection pool on PostgreSQL, unless the environment sets its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +349,13 @@ def _server_env(home: Path) -> dict[str, str]:
         PREFECT_SERVER_UI_ENABLED="false",
         PREFECT_LOGGING_TO_API_ENABLED="false",
     )
+    if env.get(DB_URL_ENV, "").startswith("postgresql"):
+        # A burst of root flow runs (e.g. 1,000 roots released at once) exhausted Prefect's
+        # default pool (5 + 10 overflow, 30 s wait) and every request past it got HTTP 500,
+        # which the client does not retry (measured: 877 of 1,000 roots lost). Requests now wait
+        # for a connection instead; 20 + 40 stays under PostgreSQL's default 100 connections.
+        for name, value in POSTGRES_POOL.items():
+            env.setdefault(name, value)
     return env
 
 

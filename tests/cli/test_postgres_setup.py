@@ -60,3 +60,22 @@ def test_prefect_server_and_ledger_both_on_postgresql(
         ).fetchone()
     assert flow_run is not None and flow_run[0] >= 1
     assert task_runs is not None and task_runs[0] == len(ops)  # Prefect's history is in PostgreSQL
+
+
+def test_managed_server_on_postgresql_waits_for_a_connection_instead_of_failing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """1,000 roots released at once exhausted Prefect's default pool (HTTP 500, not retried)."""
+    from maserve_prefect import prefect_server
+
+    monkeypatch.delenv("PREFECT_API_DATABASE_CONNECTION_URL", raising=False)
+    for name in prefect_server.POSTGRES_POOL:
+        monkeypatch.delenv(name, raising=False)
+    assert not set(prefect_server.POSTGRES_POOL) & set(prefect_server._server_env(tmp_path))
+
+    monkeypatch.setenv("PREFECT_API_DATABASE_CONNECTION_URL", "postgresql+asyncpg://u@h/db")
+    monkeypatch.setenv("PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_SIZE", "7")  # the user's own wins
+    env = prefect_server._server_env(tmp_path)
+    assert env["PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_SIZE"] == "7"
+    assert env["PREFECT_SERVER_DATABASE_SQLALCHEMY_MAX_OVERFLOW"] == "40"
+    assert float(env["PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_TIMEOUT"]) >= 300
