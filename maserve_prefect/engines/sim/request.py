@@ -95,6 +95,7 @@ class SimRequest:
     _chain: np.ndarray | None = None
     _shareable_tokens: int = 0
     _salt: int = 0
+    _unique_base: int = -1  # `place` base of the blocks unique to this request, once computed
 
     def __post_init__(self) -> None:
         req = self.request
@@ -185,7 +186,9 @@ class SimRequest:
                 self._put_placed(self.prefix_keys().take(last), shared_end)
             start = shared_end
         if start < n:
-            base = _splitmix_int(hash((_UNIQUE, self.seq)) & _MASK)
+            base = self._unique_base
+            if base < 0:
+                base = self._unique_base = _splitmix_int(hash((_UNIQUE, self.seq)) & _MASK)
             if n - start <= 4:  # a decode crossing: numpy's call overhead would dominate
                 self._put([(base + j) & _MASK for j in range(start, n)])
             else:
