@@ -1,6 +1,9 @@
 """The KV cache on prompts given as prefix-block hashes (Mooncake-style sharing units) against
-the per-block reference: deferred hash-index entries (`HashIndex.add_deferred`) must leave hit
-counts, eviction order and capacity exactly as vLLM's block-by-block accounting has them."""
+the per-block reference: deferred hash-index entries (`HashIndex.add_deferred`), lookups kept in
+short form (`_find_head`), freed blocks queued as segments, the one-segment fast path for taking
+free blocks, decode runs' appended blocks hashed without a check (`hash_full_blocks`) and
+truncated block tables (`compress`) must leave hit counts, eviction order and capacity exactly
+as vLLM's block-by-block accounting has them."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from kv_reference import ReferenceKV
 
 from maserve_prefect.engines.sim.kv.hash_index import HashIndex
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
+from maserve_prefect.engines.sim.kv.prefix_cache import BlockRange
 from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
@@ -50,7 +54,12 @@ def unit_programs(draw: st.DrawFn) -> tuple[int, int, int, int, list[tuple[str, 
     ops = draw(
         st.lists(
             st.tuples(
-                st.sampled_from(["admit", "admit", "chunk", "grow", "free", "preempt", "probe"]),
+                st.sampled_from(
+                    [
+                        *("admit", "admit", "chunk", "grow", "free", "preempt", "probe"),
+                        *("decode", "any", "compress"),
+                    ]
+                ),
                 st.integers(0, 7),
                 st.integers(1, 400),
             ),
@@ -84,6 +93,7 @@ def test_unit_prompts_match_the_per_block_reference(
         prompts.append((units, rnd.randint(0, pbs - 1)))
     reqs: dict[int, SimRequest] = {}
     held: dict[int, int] = {}  # request index -> tokens it holds blocks for
+    compressed: set[int] = set()  # held to their blocks (`compress`): they grow no more
 
     def admit(i: int, amount: int) -> None:
         req = reqs.get(i)
@@ -106,7 +116,7 @@ def test_unit_prompts_match_the_per_block_reference(
     for kind, i, amount in ops:
         if kind == "admit" and i not in held:
             admit(i, amount)
-        elif kind in ("chunk", "grow") and i in held:
+        elif kind in ("chunk", "grow") and i in held and i not in compressed:
             req = reqs[i]
             step = amount if kind == "chunk" else amount % 5 + 1
             total = held[i] + step
@@ -118,11 +128,40 @@ def test_unit_prompts_match_the_per_block_reference(
                 assert got == ref.ensure_slots(req, total)
                 if got is not None:
                     held[i] = total
+        elif kind == "decode" and i in held and i not in compressed:
+            # a fast-forwarded decode run (`allocate_run`): its block crossings taken in one
+            # pop, then the filled blocks hashed, vs stepping's allocation in the reference
+            req = reqs[i]
+            if held[i] == req.num_tokens and not req.num_preemptions:
+                step = amount % 40 + 1
+                total = held[i] + step
+                need = -(-total // bs) - len(fast.req_blocks[req.seq])
+                if need <= fast.num_free_blocks:
+                    req.num_output_tokens += step
+                    fast.append_blocks([req] * need)
+                    fast.hash_full_blocks(req, total)
+                    assert ref.ensure_slots(req, total) is not None
+                    held[i] = total
+        elif kind == "any" and i in held and i not in compressed:
+            # a prefill run's question about the blocks it will hash (`plan_prefill_run`)
+            req = reqs[i]
+            first = fast.num_cached_blocks.get(req.seq, 0)
+            last = min(first + amount % 9 + 1, req.num_tokens // bs)
+            if last > first:
+                hashes = req.block_hashes(last)[first:last]
+                want = any(h in ref.cached for h in hashes)
+                assert fast.any_cached(BlockRange(req, first, last)) == want
+        elif kind == "compress" and i in held and i not in compressed:
+            req = reqs[i]
+            keep = amount % (len(fast.req_blocks[req.seq]) + 1)
+            assert fast.compress(req, keep) == ref.compress(req, keep)
+            compressed.add(i)
         elif kind in ("free", "preempt") and i in held:
             req = reqs[i]
             fast.free(req)
             ref.free(req)
             del held[i]
+            compressed.discard(i)
             if kind == "preempt":  # recompute: re-admitted later with its own old hashes
                 req.num_preemptions += 1
             else:
