@@ -254,14 +254,20 @@ def _splitmix(z: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer, elementwise and in place on the uint64 array `z` (returned).
 
     `z` is an array, so every operation is an array one: numpy wraps uint64 array arithmetic
-    silently (only scalar arithmetic warns), and no `errstate` context is needed.
+    silently (only scalar arithmetic warns), and no `errstate` context is needed. The shifts go
+    through one scratch array (`out=`): on a prompt's few dozen keys the calls' overhead, not
+    the arithmetic, is the cost, and a fresh temporary per shift adds to it.
     """
-    z += _GOLDEN
-    z ^= z >> _S30
-    z *= _M1
-    z ^= z >> _S27
-    z *= _M2
-    z ^= z >> _S31
+    t = np.empty_like(z)
+    np.add(z, _GOLDEN, out=z)
+    np.right_shift(z, _S30, out=t)
+    np.bitwise_xor(z, t, out=z)
+    np.multiply(z, _M1, out=z)
+    np.right_shift(z, _S27, out=t)
+    np.bitwise_xor(z, t, out=z)
+    np.multiply(z, _M2, out=z)
+    np.right_shift(z, _S31, out=t)
+    np.bitwise_xor(z, t, out=z)
     return z
 
 

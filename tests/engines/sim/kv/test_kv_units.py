@@ -7,8 +7,10 @@ as vLLM's block-by-block accounting has them."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kv_reference import ReferenceKV
@@ -190,3 +192,35 @@ def test_a_unit_nobody_looks_up_again_never_enters_the_hash_table() -> None:
     assert kv.lookup_prefix(again)[1] == 5 * 512
     assert 0 < len(kv._idx.entered()) <= 8 * 32
     kv.check_invariants()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_compacting_deferred_entries_keeps_exactly_the_live_pairs(rnd: random.Random) -> None:
+    """`HashIndex._compact` checks every deferred batch at once: afterwards a flush must enter
+    exactly the (block, hash) pairs still cached, in any mix of dead, live and partly live
+    batches (empty ones included), and keep each key's batches findable by `flush_keys`."""
+    num_blocks = 64
+    idx = HashIndex(num_blocks)
+    idx._max_pending_pairs = 1 << 30  # compaction only when the test asks
+    next_hash = itertools.count(1000)
+    of_key: dict[int | None, set[int]] = {}  # hashes deferred under each key
+    for _ in range(rnd.randint(1, 12)):  # batches of distinct blocks (a pool never repeats one)
+        free = [b for b in range(num_blocks) if not idx.hashed[b]]
+        blocks = np.array(rnd.sample(free, rnd.randint(0, min(6, len(free)))), dtype=np.int64)
+        hashes = np.array([next(next_hash) for _ in blocks], dtype=np.uint64)
+        key = rnd.choice([None, 1, 2, 3])
+        idx.add_deferred(blocks, hashes, key)
+        of_key.setdefault(key, set()).update(hashes.tolist())
+        for b in rnd.sample(range(num_blocks), rnd.randint(0, 8)):  # taken: no longer cached
+            idx.evict_one(b)
+    live = {int(idx.hash_val[b]) for b in range(num_blocks) if idx.hashed[b]}
+    idx._compact()
+    assert idx._num_pending_pairs == len(live)
+    want: set[int] = set()
+    for key in (1, 2, 3):  # a lookup walking a key enters that key's live pairs, no others
+        idx.flush_keys([key])
+        want |= of_key.get(key, set()) & live
+        assert idx.entered() == want
+    idx.flush()
+    assert idx.entered() == live
