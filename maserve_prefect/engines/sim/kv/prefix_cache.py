@@ -51,13 +51,18 @@ if TYPE_CHECKING:
 _NOT_FOUND = np.zeros(0, dtype=np.intp)  # shared empty lookup answer (never written)
 
 
-def _leading_found(found: np.ndarray) -> int:
-    """How many leading entries of a lookup answer are found (>= 0)."""
-    if not len(found):
-        return 0
+def _found_span(found: np.ndarray) -> tuple[int, int]:
+    """Of a lookup answer: how many leading entries are found (>= 0), and the length through
+    its last found entry (the answer's short form: every entry past it is -1)."""
+    n = len(found)
+    if not n:
+        return 0, 0
     missing = found < 0
     i = int(missing.argmax())
-    return i if missing[i] else len(found)
+    if not missing[i]:
+        return n, n
+    j = int(missing[::-1].argmin())
+    return i, (0 if missing[n - 1 - j] else n - j)
 
 
 class BlockRange(NamedTuple):
@@ -152,9 +157,12 @@ class PrefixCache(BlockPool):
             hits = np.array(found_small, dtype=np.int64)
         else:
             found = self._find_head(req, hashes, 0, max_blocks)
-            # the admission's hashing reuses it (`_cache_full_blocks`)
-            self._lookup = (req, found, max_blocks)
-            hits = found[: _leading_found(found)]
+            num_hits, end = _found_span(found)
+            # the admission's hashing reuses it (`_cache_full_blocks`), in short form through
+            # its last found block: most prompts find nothing past their hit, so the hashing
+            # of their other blocks has no duplicate to check
+            self._lookup = (req, found[:end], max_blocks)
+            hits = found[:num_hits]
         if self.host is not None and len(hits) < max_blocks:
             return hits, (len(hits) + self._host_run(req, hashes, len(hits))) * self.block_size
         return hits, len(hits) * self.block_size

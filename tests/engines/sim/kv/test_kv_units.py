@@ -17,7 +17,7 @@ from kv_reference import ReferenceKV
 
 from maserve_prefect.engines.sim.kv.hash_index import HashIndex
 from maserve_prefect.engines.sim.kv.manager import KVCacheManager
-from maserve_prefect.engines.sim.kv.prefix_cache import BlockRange
+from maserve_prefect.engines.sim.kv.prefix_cache import BlockRange, _found_span
 from maserve_prefect.engines.sim.request import SimRequest
 from maserve_prefect.protocol.outcomes import Acceptance, Ticket
 from maserve_prefect.protocol.requests import Request
@@ -224,3 +224,18 @@ def test_compacting_deferred_entries_keeps_exactly_the_live_pairs(rnd: random.Ra
         assert idx.entered() == want
     idx.flush()
     assert idx.entered() == live
+
+
+def test_a_lookup_answer_is_kept_through_its_last_found_block() -> None:
+    """`_found_span`: the leading hit and the short form's length (every entry past it is -1,
+    so the admission's duplicate check looks at nothing past it)."""
+    cases = {
+        (): (0, 0),
+        (4, 5, 6): (3, 3),
+        (-1, -1): (0, 0),
+        (4, -1, 7, -1, -1): (1, 3),
+        (-1, -1, 9): (0, 3),
+        (3, 4, -1): (2, 2),
+    }
+    for found, span in cases.items():
+        assert _found_span(np.array(found, dtype=np.intp)) == span, found
