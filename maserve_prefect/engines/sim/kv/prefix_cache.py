@@ -51,6 +51,12 @@ if TYPE_CHECKING:
 _NOT_FOUND = np.zeros(0, dtype=np.intp)  # shared empty lookup answer (never written)
 
 
+def _own_key(req: SimRequest) -> int:
+    """The key `req`'s unique blocks (past its shareable prefix) file their deferred index
+    entries under: negative, so no prefix key (a uint64) is ever equal to it."""
+    return -1 - req.seq
+
+
 def _found_span(found: np.ndarray) -> tuple[int, int]:
     """Of a lookup answer: how many leading entries are found (>= 0), and the length through
     its last found entry (the answer's short form: every entry past it is -1)."""
@@ -251,14 +257,21 @@ class PrefixCache(BlockPool):
         hash collisions, which prefix caching assumes away anyway.)
 
         The index's deferred entries for those blocks are entered (`HashIndex.flush_keys` of
-        the keys walked over; a full flush when nothing is ruled out), so `find_entered`
-        answers for them.
+        the keys walked over), so `find_entered` answers for them. A preempted request may
+        find any of its blocks (nothing is ruled out): the entries of every prefix key of its
+        own and of its unique blocks (filed under `_own_key`) are entered, which is every
+        batch that can hold one of its hashes; the index's other deferred entries stay
+        deferred. Prompts given as token ids, or hashes of unknown origin: a full flush.
         """
         idx = self._idx
         chains = idx.chains
-        if chains is None or req.num_preemptions or not req.has_prefix_chain:
+        if chains is None or not req.has_prefix_chain:
             if idx.num_pending:
                 idx.flush()
+            return end
+        if req.num_preemptions:
+            if idx.num_pending:
+                idx.flush_keys([*req.prefix_keys().tolist(), _own_key(req)])
             return end
         keys = []
         for c in req.prefix_keys().tolist():
@@ -368,10 +381,14 @@ class PrefixCache(BlockPool):
                 keep = ~skip
                 sb, sh = sb[keep], sh[keep]
             # table entries wait until a lookup asks about their prefix keys (`HashIndex`);
-            # blocks past the shareable prefix only a full flush enters (a re-admission)
+            # blocks past the shareable prefix, until `req`'s own re-admission asks (or a full
+            # flush); a token-id prompt's, until a full flush
             key = None
-            if req.has_prefix_chain and start < n_shared:
-                key = int(req.prefix_keys()[req.prefix_positions(start, start + 1)[0]])
+            if req.has_prefix_chain:
+                if start < n_shared:
+                    key = int(req.prefix_keys()[req.prefix_positions(start, start + 1)[0]])
+                else:
+                    key = _own_key(req)
             idx.add_deferred(sb, sh, key)
             if self.on_cache is not None and len(sb):
                 self.on_cache(sb, sh)

@@ -173,7 +173,9 @@ def test_unit_prompts_match_the_per_block_reference(
             probe = unit_request("probe", units, tail, pbs, bs)
             assert fast.probe_prefix(probe) == ref.get_computed_blocks(probe)[1]
         assert _canonical(fast) == _canonical(ref)
-        fast.check_invariants()
+    # at the end only: its index check enters every deferred entry (a full flush), which
+    # after each op would hide a lookup that failed to enter the entries it needs
+    fast.check_invariants()
 
 
 def test_a_unit_nobody_looks_up_again_never_enters_the_hash_table() -> None:
@@ -239,3 +241,32 @@ def test_a_lookup_answer_is_kept_through_its_last_found_block() -> None:
     }
     for found, span in cases.items():
         assert _found_span(np.array(found, dtype=np.intp)) == span, found
+
+
+def test_a_preempted_request_finds_its_own_blocks_without_entering_the_others() -> None:
+    """A re-admitted (preempted) request may hit any of its blocks, its unique ones too: the
+    lookup enters the deferred entries of its prefix keys and of its own blocks (`_own_key`),
+    and those only; every other request's stay deferred (no full flush)."""
+    fast, ref = KVCacheManager(num_blocks=512, block_size=16), ReferenceKV(512, 16)
+    a = unit_request("a", (1, 2, 3), 100, 512, 16)  # 3 units + a 100-token tail
+    other = unit_request("other", (7, 8), 300, 512, 16)
+    for kv in (fast, ref):
+        for req in (a, other):
+            hits, _ = kv.get_computed_blocks(req)
+            assert kv.ensure_slots(req, req.num_tokens, hits) is not None
+    # decode runs fill 40 blocks past the prompt (deferred entries under each one's own key)
+    for req in (a, other):
+        req.num_output_tokens += 640
+        need = -(-req.num_tokens // 16) - len(fast.req_blocks[req.seq])
+        fast.append_blocks([req] * need)
+        fast.hash_full_blocks(req, req.num_tokens)
+        assert ref.ensure_slots(req, req.num_tokens) is not None
+    fast.free(a)
+    ref.free(a)
+    a.num_preemptions += 1  # recompute: its prompt and outputs are all looked up again
+    assert fast.get_computed_blocks(a) == ref.get_computed_blocks(a)
+    assert fast.get_computed_blocks(a)[1] == (a.num_tokens - 1) // 16 * 16  # every full block
+    own = set(other.block_hashes(other.num_tokens // 16)[other.num_shareable_blocks :])
+    assert fast._idx.num_pending and not own & fast._idx.entered()
+    assert _canonical(fast) == _canonical(ref)
+    fast.check_invariants()
