@@ -76,7 +76,7 @@ class HashIndex:
         # key the batches holding hashes derived from it; a flushed batch becomes None
         self._pending: list[tuple[np.ndarray, np.ndarray] | None] = []
         self._pending_by_key: dict[int, list[int]] = {}
-        self._num_pending_pairs = 0  # a full flush past `_max_pending_pairs` bounds the memory
+        self._num_pending_pairs = 0  # compaction past `_max_pending_pairs` bounds the memory
         self._max_pending_pairs = 8 * num_blocks + 1024
 
     def reset(self) -> None:
@@ -95,8 +95,10 @@ class HashIndex:
 
         `key` is the first prefix key the hashes derive from: keys are prefix-closed (a key
         names its whole chain), so a lookup that may find one of these hashes walks through
-        `key` first; None: only a full flush enters them. The arrays are kept, not copied:
-        the caller passes arrays nobody writes to later."""
+        `key` first; or any other int the caller's lookups flush by (the prefix cache files a
+        request's unique blocks under a negative per-request key); None: only a full flush
+        enters them. The arrays are kept, not copied: the caller passes arrays nobody writes
+        to later (a block table's filled part, a request's hash memo)."""
         self.hashed[blocks] = True
         self.hash_val[blocks] = hashes
         self._num_pending_pairs += len(blocks)
