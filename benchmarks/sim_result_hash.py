@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/sim_result_hash.py [--trace PATH] [--replicas 8] [--copies 1] [--no-ff]
+        [--prompt-scale K]
 
 Replays the trace as `benchmarks/sim_speed.py` does (Qwen3-8B, one replica per H100) and prints
 one SHA-256 over what a speed change must not move: per request (in op order) the replica, status,
@@ -9,7 +10,9 @@ prompt / output / cached tokens, preemptions, and TTFT, TPOT and E2E as exact fl
 the prefix-cache query / hit tokens, preemptions, model steps, and the mean and max KV usage.
 Step-record counts are printed but not hashed (merging steps into one record is the point of
 fast-forward). `--timeline` also hashes every replica's sampled series (stricter: KV usage at
-every step end).
+every step end). `--prompt-scale K` hashes the replay of `sim_speed.py`'s synthetic trace with
+K-times longer prompts (e.g. K = 4 on 16 replicas: hundreds of preemptions, so re-admissions'
+prefix lookups are covered too).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_speed import DEFAULT_TRACE, copies, run
+from sim_speed import DEFAULT_TRACE, copies, run, scale_prompts
 
 from maserve_prefect.engines.sim.pool.sim_pool import SimPool
 from maserve_prefect.replay.requests import ReplayResult
@@ -59,8 +62,11 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=1)
     ap.add_argument("--no-ff", action="store_true", help="fast-forward off")
     ap.add_argument("--timeline", action="store_true", help="also hash every sampled series")
+    ap.add_argument("--prompt-scale", type=int, default=1, help="K-times longer prompts (K >= 1)")
     args = ap.parse_args()
-    base = import_mooncake(args.trace).trace
+    if args.prompt_scale < 1:
+        ap.error(f"--prompt-scale must be an integer >= 1, got {args.prompt_scale}")
+    base = scale_prompts(import_mooncake(args.trace).trace, args.prompt_scale)
     trace = copies(base, args.copies) if args.copies > 1 else base
     pools: list[SimPool] = []
     res, wall, cpu = run(trace, args.replicas, fast_forward=not args.no_ff, pools=pools)
@@ -70,7 +76,8 @@ def main() -> None:
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     print(
         f"requests {len(res.requests)}  step records {res.num_step_records}  "
-        f"model steps {res.num_model_steps}  cpu {cpu:.2f}s  wall {wall:.2f}s"
+        f"model steps {res.num_model_steps}  preemptions {res.num_preemptions}  "
+        f"cpu {cpu:.2f}s  wall {wall:.2f}s"
     )
     print(f"result sha256 {digest}")
 

@@ -193,6 +193,21 @@ class ReferenceKV:
         else:
             free_queue.update(dict.fromkeys(b for b in blocks if ref[b] == 0))
 
+    def compress(self, req: SimRequest, keep_blocks: int) -> int:
+        """Drop `req`'s blocks past the first `keep_blocks` (freed tail first, hashed ones stay
+        cached) and hash none of its blocks from now on (`KVCacheManager.compress`)."""
+        self.num_cached_blocks[req.seq] = 1 << 62
+        blocks = self.req_blocks.get(req.seq)
+        if not blocks or len(blocks) <= keep_blocks:
+            return 0
+        tail = blocks[keep_blocks:]
+        del blocks[keep_blocks:]
+        tail.reverse()
+        for b in tail:
+            self.ref_cnt[b] -= 1
+        self.free_queue.update(dict.fromkeys(b for b in tail if self.ref_cnt[b] == 0))
+        return len(tail)
+
     def reset_prefix_cache(self) -> None:
         """Drop every cached hash and restore the initial free order (vLLM `reset_prefix_cache`).
 

@@ -95,6 +95,7 @@ class SimRequest:
     _chain: np.ndarray | None = None
     _shareable_tokens: int = 0
     _salt: int = 0
+    _unique_base: int = -1  # `place` base of the blocks unique to this request, once computed
 
     def __post_init__(self) -> None:
         req = self.request
@@ -185,7 +186,9 @@ class SimRequest:
                 self._put_placed(self.prefix_keys().take(last), shared_end)
             start = shared_end
         if start < n:
-            base = _splitmix_int(hash((_UNIQUE, self.seq)) & _MASK)
+            base = self._unique_base
+            if base < 0:
+                base = self._unique_base = _splitmix_int(hash((_UNIQUE, self.seq)) & _MASK)
             if n - start <= 4:  # a decode crossing: numpy's call overhead would dominate
                 self._put([(base + j) & _MASK for j in range(start, n)])
             else:
@@ -251,14 +254,20 @@ def _splitmix(z: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer, elementwise and in place on the uint64 array `z` (returned).
 
     `z` is an array, so every operation is an array one: numpy wraps uint64 array arithmetic
-    silently (only scalar arithmetic warns), and no `errstate` context is needed.
+    silently (only scalar arithmetic warns), and no `errstate` context is needed. The shifts go
+    through one scratch array (`out=`): on a prompt's few dozen keys the calls' overhead, not
+    the arithmetic, is the cost, and a fresh temporary per shift adds to it.
     """
-    z += _GOLDEN
-    z ^= z >> _S30
-    z *= _M1
-    z ^= z >> _S27
-    z *= _M2
-    z ^= z >> _S31
+    t = np.empty_like(z)
+    np.add(z, _GOLDEN, out=z)
+    np.right_shift(z, _S30, out=t)
+    np.bitwise_xor(z, t, out=z)
+    np.multiply(z, _M1, out=z)
+    np.right_shift(z, _S27, out=t)
+    np.bitwise_xor(z, t, out=z)
+    np.multiply(z, _M2, out=z)
+    np.right_shift(z, _S31, out=t)
+    np.bitwise_xor(z, t, out=z)
     return z
 
 

@@ -52,6 +52,10 @@ class BlockPool:
         num_blocks: KV capacity in blocks (> 0; `PrefixCache` checks it).
     """
 
+    # set (on the instance) by the first pin: until then freeing skips the pin counts; a class
+    # default, so the instance keeps its attribute count (see `KVCacheManager.__init__`)
+    _pins_used = False
+
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         self.ref_cnt = np.zeros(num_blocks, dtype=np.int64)
@@ -139,6 +143,24 @@ class BlockPool:
             return self._pop_pinned(n)
         self._num_free -= n
         segs, where = self._segs, self._where
+        seg = segs[0]
+        arr, off, sid = seg
+        if off + n <= len(arr) and sid not in self._stale_sids:  # one clean segment holds them
+            got = arr[off : off + n]
+            seg[1] = off + n
+        else:
+            got = self._take_segments(n)
+        where[got] = -1
+        self.ref_cnt[got] = 1
+        if self.on_evict is not None:
+            self._emit_evictions(got)
+        self._idx.hashed[got] = False  # its hash is no longer cached (`HashIndex.evict`)
+        return got
+
+    def _take_segments(self, n: int) -> np.ndarray:
+        """The next `n` live entries of the queue, across segments (the queue's offsets move
+        past them; `where` and the counts are the caller's)."""
+        segs, where = self._segs, self._where
         parts = []
         need = n
         while need:
@@ -152,13 +174,7 @@ class BlockPool:
             live = window[where.take(window) == sid] if sid in self._stale_sids else window
             parts.append(live)
             need -= len(live)
-        got: np.ndarray = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        where[got] = -1
-        self.ref_cnt[got] = 1
-        if self.on_evict is not None:
-            self._emit_evictions(got)
-        self._idx.evict(got)  # its hash is no longer cached
-        return got
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _emit_evictions(self, got: np.ndarray) -> None:
         idx = self._idx
@@ -228,10 +244,11 @@ class BlockPool:
         self._segs.append([zero, 0, sid])
         self._num_free += len(zero)
         self._num_entries += len(zero)
-        lv = self.pin_level[zero]  # per freed batch, not per step: cheap enough to always do
-        if np.count_nonzero(lv):
-            self._num_pinned_free += int(np.count_nonzero(lv))
-            self._num_hard_free += int(np.count_nonzero(lv == HARD))
+        if self._pins_used:
+            lv = self.pin_level[zero]
+            if np.count_nonzero(lv):
+                self._num_pinned_free += int(np.count_nonzero(lv))
+                self._num_hard_free += int(np.count_nonzero(lv == HARD))
         if self._num_entries > self.max_queue_entries:
             self._compact_queue()
 
@@ -256,6 +273,8 @@ class BlockPool:
     def set_pin(self, block: int, level: int, priority: float = 0.0) -> None:
         """Set one block's pin level (NONE / SOFT / HARD) and retention priority."""
         old = int(self.pin_level[block])
+        if level != NONE:
+            self._pins_used = True
         self.pin_level[block] = level
         self.pin_prio[block] = priority if level else 0.0
         if self.ref_cnt[block] == 0:  # free: on the queue

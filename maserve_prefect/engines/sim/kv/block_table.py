@@ -26,8 +26,9 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 class BlockTable:
-    """A request's block ids in order (int64); `view()` is the live array (do not keep it
-    across a later `extend` / `append`, which may move the buffer).
+    """A request's block ids in order (int64); `view()` is the live array. A filled entry of a
+    buffer is never rewritten (`truncate` moves to a new one), so a kept view keeps its
+    contents; it does not see later `extend` / `append` calls.
 
     Args:
         capacity: blocks to make room for at once (the most the request can hold, when known).
@@ -73,7 +74,10 @@ class BlockTable:
         self._n = n + 1
 
     def truncate(self, n: int) -> np.ndarray:
-        """Keep the first `n` blocks; returns the dropped tail (a copy)."""
+        """Keep the first `n` blocks (in a new buffer: a filled entry of a buffer is never
+        rewritten, so views of `view()` stay valid); returns the dropped tail (a copy)."""
         tail = self._buf[n : self._n].copy()
-        self._n = min(self._n, n)
+        if n < self._n:
+            self._buf = self._buf[:n].copy()
+            self._n = n
         return tail

@@ -63,7 +63,9 @@ class HashIndex:
         # uint16 entries while block ids fit: a smaller table stays in cache
         dtype = np.uint16 if num_blocks < 1 << 16 else np.int32
         self._table = np.full(1 << table_bits, num_blocks, dtype=dtype)
-        self._flag = np.zeros(1 << table_bits, dtype=bool)  # slot has overflow entries
+        # slot has overflow entries; written through now (as the table is), not left to the
+        # first spill: a lazily zeroed page (a 2 MiB huge page) costs ~1 ms on first write
+        self._flag = np.full(1 << table_bits, False)
         self._overflow: dict[int, int] = {}
         self._max_overflow = 256 + num_blocks // 4
         # prefix keys (`SimRequest.prefix_keys`) some added hash derives from: a hash
@@ -74,8 +76,8 @@ class HashIndex:
         # key the batches holding hashes derived from it; a flushed batch becomes None
         self._pending: list[tuple[np.ndarray, np.ndarray] | None] = []
         self._pending_by_key: dict[int, list[int]] = {}
-        self._num_pending_pairs = 0  # a full flush past `_max_pending_pairs` bounds the memory
-        self._max_pending_pairs = 4 * num_blocks + 1024
+        self._num_pending_pairs = 0  # compaction past `_max_pending_pairs` bounds the memory
+        self._max_pending_pairs = 8 * num_blocks + 1024
 
     def reset(self) -> None:
         """Forget every hash."""
@@ -93,8 +95,10 @@ class HashIndex:
 
         `key` is the first prefix key the hashes derive from: keys are prefix-closed (a key
         names its whole chain), so a lookup that may find one of these hashes walks through
-        `key` first; None: only a full flush enters them. The arrays are kept, not copied:
-        the caller passes arrays nobody writes to later."""
+        `key` first; or any other int the caller's lookups flush by (the prefix cache files a
+        request's unique blocks under a negative per-request key); None: only a full flush
+        enters them. The arrays are kept, not copied: the caller passes arrays nobody writes
+        to later (a block table's filled part, a request's hash memo)."""
         self.hashed[blocks] = True
         self.hash_val[blocks] = hashes
         self._num_pending_pairs += len(blocks)
@@ -131,7 +135,9 @@ class HashIndex:
 
     def _compact(self) -> None:
         """Drop the deferred pairs whose block was taken since (at most `num_blocks` pairs
-        stay live, a quarter of `_max_pending_pairs`: memory stays bounded, nothing enters)."""
+        stay live, an eighth of `_max_pending_pairs`: memory stays bounded, nothing enters)."""
+        # per batch, not all at once: concatenating every pending pair (~200k at 8 H100
+        # replicas) into fresh arrays costs more in page faults than the per-batch calls
         hashed, hash_val = self.hashed, self.hash_val
         kept: list[tuple[np.ndarray, np.ndarray] | None] = []
         moved: dict[int, int] = {}

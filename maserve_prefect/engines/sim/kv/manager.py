@@ -198,7 +198,10 @@ class KVCacheManager(PrefixCache):
                 lookup[0] is not req or len(blocks) > num_new + num_computed
             ):
                 lookup = None  # not this request's admission
-            self._cache_full_blocks(req, blocks.view(), num_total_tokens, lookup, uncached)
+            # the blocks past the cached ones are all freshly taken (taking unhashes them)
+            # unless prefix hits were just appended to a table that held blocks already
+            fresh = hits is None or admission
+            self._cache_full_blocks(req, blocks.view(), num_total_tokens, lookup, uncached, fresh)
         if pending is not None:
             self._commit_host_load(req)
         return new_arr
@@ -241,7 +244,8 @@ class KVCacheManager(PrefixCache):
     def hash_full_blocks(self, req: SimRequest, num_tokens: int) -> None:
         """Cache the blocks of `req` that `num_tokens` tokens fill (prefix caching on)."""
         if self.enable_prefix_caching:
-            self._cache_full_blocks(req, self.req_blocks[req.seq].view(), num_tokens)
+            # the blocks a decode run appended: freshly taken, unhashed
+            self._cache_full_blocks(req, self.req_blocks[req.seq].view(), num_tokens, fresh=True)
 
     def free(self, req: SimRequest) -> None:
         """Release `req`'s blocks, tail first onto the free queue; hashed blocks stay cached."""
@@ -253,7 +257,9 @@ class KVCacheManager(PrefixCache):
             self._caps.pop(req.seq, None)
         if not blocks:
             return
-        arr = blocks.view()[::-1]  # the table is dropped: its buffer can back a queue segment
+        # tail first, as a contiguous copy: it becomes a queue segment, and numpy's gathers and
+        # scatters through a negative-stride index array (the plain reversed view) cost ~2x
+        arr = blocks.view()[::-1].copy()
         left = self.ref_cnt.take(arr)
         left -= 1
         self.ref_cnt[arr] = left
@@ -293,7 +299,7 @@ class KVCacheManager(PrefixCache):
         if not blocks or len(blocks) <= keep_blocks:
             return 0
         tail = blocks.truncate(keep_blocks)
-        arr = tail[::-1]
+        arr = tail[::-1].copy()
         self.ref_cnt[arr] -= 1
         zero = arr[self.ref_cnt[arr] == 0]
         if len(zero):

@@ -48,6 +48,29 @@ if TYPE_CHECKING:
     from maserve_prefect.engines.sim.kv.host_tier import HostTier
 
 
+_NOT_FOUND = np.zeros(0, dtype=np.intp)  # shared empty lookup answer (never written)
+
+
+def _own_key(req: SimRequest) -> int:
+    """The key `req`'s unique blocks (past its shareable prefix) file their deferred index
+    entries under: negative, so no prefix key (a uint64) is ever equal to it."""
+    return -1 - req.seq
+
+
+def _found_span(found: np.ndarray) -> tuple[int, int]:
+    """Of a lookup answer: how many leading entries are found (>= 0), and the length through
+    its last found entry (the answer's short form: every entry past it is -1)."""
+    n = len(found)
+    if not n:
+        return 0, 0
+    missing = found < 0
+    i = int(missing.argmax())
+    if not missing[i]:
+        return n, n
+    j = int(missing[::-1].argmin())
+    return i, (0 if missing[n - 1 - j] else n - j)
+
+
 class BlockRange(NamedTuple):
     """Blocks `start..end-1` of `req` (what `any_cached` asks about a request's prompt)."""
 
@@ -79,10 +102,12 @@ class PrefixCache(BlockPool):
         self.num_cached_blocks: dict[int, int] = {}  # request seq -> blocks hashed so far
         self.num_queried_tokens = 0
         self.num_hit_tokens = 0
-        self._lookup: tuple[SimRequest, np.ndarray] | None = None
-        # request seq -> (epoch, its admission lookup), valid while `_epoch` is unchanged: the
-        # count of hashing calls that cached shareable (cross-request) hashes
-        self._lookups: dict[int, tuple[int, np.ndarray]] = {}
+        # (request, block per hash of its leading maybe-cached blocks, blocks covered): a
+        # lookup's answer, short form (`_find_head`: blocks past the array are cached nowhere)
+        self._lookup: tuple[SimRequest, np.ndarray, int] | None = None
+        # request seq -> (epoch, its admission lookup, blocks covered), valid while `_epoch` is
+        # unchanged: the count of hashing calls that cached shareable (cross-request) hashes
+        self._lookups: dict[int, tuple[int, np.ndarray, int]] = {}
         self._epoch = 0
         # HEAR hooks (`kv/manager.py`); None while unused
         self.host: HostTier | None = None
@@ -137,10 +162,13 @@ class PrefixCache(BlockPool):
                 found_small.append(b)
             hits = np.array(found_small, dtype=np.int64)
         else:
-            found = self._find(req, hashes, 0, max_blocks)
-            self._lookup = (req, found)  # the admission's hashing reuses it (`_cache_full_blocks`)
-            misses = np.flatnonzero(found < 0)
-            hits = found[: int(misses[0]) if len(misses) else max_blocks]
+            found = self._find_head(req, hashes, 0, max_blocks)
+            num_hits, end = _found_span(found)
+            # the admission's hashing reuses it (`_cache_full_blocks`), in short form through
+            # its last found block: most prompts find nothing past their hit, so the hashing
+            # of their other blocks has no duplicate to check
+            self._lookup = (req, found[:end], max_blocks)
+            hits = found[:num_hits]
         if self.host is not None and len(hits) < max_blocks:
             return hits, (len(hits) + self._host_run(req, hashes, len(hits))) * self.block_size
         return hits, len(hits) * self.block_size
@@ -195,9 +223,10 @@ class PrefixCache(BlockPool):
             hashes = req.block_hash_array(end)[start:end]
             was = self._kept_lookup(req, end)
             if was is None:
-                cached = self._find(req, hashes, start, end) >= 0
+                cached = self._find_head(req, hashes, start, end) >= 0
             else:
-                cached = self._idx.still_cached(was[start:end], hashes)
+                was = was[start:end]
+                cached = self._idx.still_cached(was, hashes[: len(was)])
         else:
             cached = self._idx.find(hashes) >= 0
         if np.count_nonzero(cached):
@@ -205,16 +234,15 @@ class PrefixCache(BlockPool):
         host = self.host
         return host is not None and len(host) > 0 and host.any_of(hashes.tolist())
 
-    def _find(self, req: SimRequest, hashes: np.ndarray, start: int, end: int) -> np.ndarray:
+    def _find_head(self, req: SimRequest, hashes: np.ndarray, start: int, end: int) -> np.ndarray:
         """`HashIndex.find` of `req`'s block hashes `start..end-1` (`hashes`), asking the index
-        only about the blocks that may be cached (`_num_maybe_cached`)."""
+        only about the blocks that may be cached (`_num_maybe_cached`), in short form: the
+        answers for the leading maybe-cached blocks only (the blocks past the returned array
+        are cached nowhere), so no array the length of the prompt is built or scanned."""
         n = self._num_maybe_cached(req, end) - start
         if n >= len(hashes):
             return self._idx.find_entered(hashes)
-        found = np.full(len(hashes), -1, dtype=np.intp)
-        if n > 0:
-            found[:n] = self._idx.find_entered(hashes[:n])
-        return found
+        return self._idx.find_entered(hashes[:n]) if n > 0 else _NOT_FOUND
 
     def _num_maybe_cached(self, req: SimRequest, end: int) -> int:
         """Of `req`'s blocks `0..end-1`, how many leading ones may be cached (none after them is).
@@ -229,14 +257,21 @@ class PrefixCache(BlockPool):
         hash collisions, which prefix caching assumes away anyway.)
 
         The index's deferred entries for those blocks are entered (`HashIndex.flush_keys` of
-        the keys walked over; a full flush when nothing is ruled out), so `find_entered`
-        answers for them.
+        the keys walked over), so `find_entered` answers for them. A preempted request may
+        find any of its blocks (nothing is ruled out): the entries of every prefix key of its
+        own and of its unique blocks (filed under `_own_key`) are entered, which is every
+        batch that can hold one of its hashes; the index's other deferred entries stay
+        deferred. Prompts given as token ids, or hashes of unknown origin: a full flush.
         """
         idx = self._idx
         chains = idx.chains
-        if chains is None or req.num_preemptions or not req.has_prefix_chain:
+        if chains is None or not req.has_prefix_chain:
             if idx.num_pending:
                 idx.flush()
+            return end
+        if req.num_preemptions:
+            if idx.num_pending:
+                idx.flush_keys([*req.prefix_keys().tolist(), _own_key(req)])
             return end
         keys = []
         for c in req.prefix_keys().tolist():
@@ -248,10 +283,10 @@ class PrefixCache(BlockPool):
         return min(end, req.num_blocks_within(len(keys)), req.num_shareable_blocks)
 
     def _kept_lookup(self, req: SimRequest, end: int) -> np.ndarray | None:
-        """`req`'s kept lookup (block per hash at its admission) if still valid and covering
-        blocks `0..end-1`."""
+        """`req`'s kept lookup (block per hash at its admission, short form: see `_find_head`)
+        if still valid and covering blocks `0..end-1`."""
         kept = self._lookups.get(req.seq)
-        if kept is None or kept[0] != self._epoch or len(kept[1]) < end:
+        if kept is None or kept[0] != self._epoch or kept[2] < end:
             return None
         return kept[1]
 
@@ -269,13 +304,17 @@ class PrefixCache(BlockPool):
         req: SimRequest,
         blocks: np.ndarray,
         num_tokens: int,
-        lookup: tuple[SimRequest, np.ndarray] | None = None,
+        lookup: tuple[SimRequest, np.ndarray, int] | None = None,
         uncached: bool = False,
+        fresh: bool = False,
     ) -> None:
         """Hash the blocks `num_tokens` tokens fill; a duplicate of a cached block stays unhashed.
 
-        `blocks` is `req`'s block table (`BlockTable.view()`). Which of the new hashes are cached elsewhere already (duplicates) is asked of the index
-        only where the answer can be yes and is not known:
+        `blocks` is `req`'s block table (`BlockTable.view()`; its filled part is never
+        rewritten, so the index may keep views of it). `fresh`: the caller knows the blocks
+        past the cached ones hold no hash (taken since, not prefix hits), so they are not
+        checked. Which of the new hashes are cached elsewhere already (duplicates) is asked of
+        the index only where the answer can be yes and is not known:
         - a block past the shareable prefix has a hash unique to `req` (`request.py`): cached
           nowhere unless `req` cached it before a preemption, so it is not looked up then;
         - `lookup` (the admission's prefix lookup of `req`, or the one kept in `_lookups` while
@@ -316,35 +355,44 @@ class PrefixCache(BlockPool):
                         self.on_cache(np.array([b]), np.array([h], dtype=np.uint64))
         else:
             sb = blocks[start:num_full]
-            skip = idx.hashed.take(sb)  # a hit block is hashed already
+            # blocks to leave unhashed: a hit block is hashed already (None: none is)
+            skip = None if fresh else idx.hashed.take(sb)
             n_check = 0 if uncached else check_end - start
             if n_check:
-                if lookup is not None and len(lookup[1]) >= check_end:
+                # a lookup's short form: blocks past its array are cached nowhere
+                if lookup is not None and lookup[2] >= check_end:
                     was = lookup[1][start:check_end]
-                elif kept is not None and len(kept[1]) >= check_end:
+                elif kept is not None and kept[2] >= check_end:
                     was = kept[1][start:check_end]
                 else:
                     was = None
-                sc = sh[:n_check]
-                if was is not None:
-                    dup = idx.still_cached(was, sc)
+                if was is None:
+                    dup = self._find_head(req, sh[:n_check], start, check_end) >= 0
+                elif len(was):
+                    dup = idx.still_cached(was, sh[: len(was)])
                 else:
-                    dup = self._find(req, sc, start, check_end) >= 0
-                skip[:n_check] |= dup  # a duplicate stays uncached (vLLM keeps one)
-            if np.count_nonzero(skip):
+                    dup = None
+                if dup is not None and np.count_nonzero(dup):
+                    # a duplicate stays uncached (vLLM keeps one)
+                    if skip is None:
+                        skip = np.zeros(len(sb), dtype=bool)
+                    skip[: len(dup)] |= dup
+            if skip is not None and np.count_nonzero(skip):
                 keep = ~skip
                 sb, sh = sb[keep], sh[keep]
-            else:
-                sb = sb.copy()  # the table's buffer may be rewritten (`compress`)
             # table entries wait until a lookup asks about their prefix keys (`HashIndex`);
-            # blocks past the shareable prefix only a full flush enters (a re-admission)
+            # blocks past the shareable prefix, until `req`'s own re-admission asks (or a full
+            # flush); a token-id prompt's, until a full flush
             key = None
-            if req.has_prefix_chain and start < n_shared:
-                key = int(req.prefix_keys()[req.prefix_positions(start, start + 1)[0]])
+            if req.has_prefix_chain:
+                if start < n_shared:
+                    key = int(req.prefix_keys()[req.prefix_positions(start, start + 1)[0]])
+                else:
+                    key = _own_key(req)
             idx.add_deferred(sb, sh, key)
             if self.on_cache is not None and len(sb):
                 self.on_cache(sb, sh)
         if lookup is not None:
-            self._lookups[req.seq] = (self._epoch, lookup[1])
+            self._lookups[req.seq] = (self._epoch, lookup[1], lookup[2])
         elif kept is not None:
-            self._lookups[req.seq] = (self._epoch, kept[1])
+            self._lookups[req.seq] = (self._epoch, kept[1], kept[2])
