@@ -20,6 +20,7 @@ worker is set Crashed. The caller's progress callback is called here, in the cal
 each unit finishes, whichever worker ran it.
 
 Examples:
+    >>> from maserve_prefect.bench.units import Unit
     >>> units = [Unit(f"u{i}", pow, (i, 2)) for i in range(3)]
     >>> results, runs = run_units(units)
     >>> results
@@ -34,15 +35,14 @@ Examples:
 
 from __future__ import annotations
 
-import os
-import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from maserve_prefect.bench.report import ProgressFn, Row
+from maserve_prefect.bench.units import Unit, timed_unit
 from maserve_prefect.errors import ConfigError, MaserveError
 
 if TYPE_CHECKING:
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-UNIT_TASK = "maserve-suite-unit"
-"""The Prefect task name of a unit run on Dask (its task run is named after the unit)."""
 SCHEDULER_CONFIG = {
     "distributed.scheduler.allowed-failures": 0,
     "distributed.scheduler.worker-saturation": 1.0,
@@ -59,24 +57,6 @@ SCHEDULER_CONFIG = {
 """A local cluster's scheduler: a worker's death fails its unit at once (this module retries it,
 marked), and a single-threaded worker holds one unit at a time (a death fails only the unit it
 was running; long and short units balance)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Unit(Generic[R]):
-    """One independent piece of a suite's work.
-
-    Attributes:
-        label: what the progress bar and the units table call it (`scenario/arm/b0`).
-        fn: a module-level function (pickled by reference on Dask).
-        args: its arguments (picklable: they travel to the worker).
-    """
-
-    label: str
-    fn: Callable[..., R]
-    args: tuple[Any, ...] = ()
-
-    def __call__(self) -> R:
-        return self.fn(*self.args)
 
 
 @dataclass(slots=True)
@@ -208,29 +188,6 @@ def run_units(
     return results, runs
 
 
-def timed_unit(unit: Unit[R]) -> tuple[R, str, float]:
-    """Run `unit` on a worker: its result, the worker's name and the wall seconds."""
-    t0 = time.perf_counter()
-    value = unit()
-    return value, _worker_name(), time.perf_counter() - t0
-
-
-def _worker_name() -> str:
-    try:
-        from distributed import get_worker
-
-        return str(get_worker().address)
-    except ValueError:
-        return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _unit_task() -> Any:
-    from prefect import task
-    from prefect.cache_policies import NO_CACHE
-
-    return task(name=UNIT_TASK, persist_result=False, cache_policy=NO_CACHE)(timed_unit)
-
-
 def task_runner(fanout: Fanout) -> DaskTaskRunner:
     """The `DaskTaskRunner` for `fanout`: its address, or a local cluster of single-threaded
     worker processes without a dashboard (several suites may run on one machine)."""
@@ -262,7 +219,12 @@ def _on_dask(
     from prefect.context import FlowRunContext
 
     in_flow = FlowRunContext.get() is not None
-    task = _unit_task() if in_flow else None
+    if in_flow:
+        from maserve_prefect.bench.unit_task import run_unit  # imports Prefect
+
+        task: Any = run_unit
+    else:
+        task = None
     results: dict[int, R] = {}
     runs: dict[int, UnitRun] = {}
     errors: dict[int, str] = {}
@@ -275,7 +237,8 @@ def _on_dask(
             unit = units[i]
             if task is not None:
                 name = unit.label if i not in errors else f"{unit.label} (retry)"
-                pf = tr.submit(task.with_options(task_run_name=name), {"unit": unit})
+                with _shippable_flow_context():
+                    pf = tr.submit(task.with_options(task_run_name=name), {"unit": unit})
                 where[pf.wrapped_future.key] = (i, pf)
                 return pf.wrapped_future
             fut = client.submit(timed_unit, unit, pure=False)
@@ -305,6 +268,26 @@ def _on_dask(
                 progress(len(results), len(units), units[i].label)
     order = range(len(units))
     return [results[i] for i in order], [runs[i] for i in order]
+
+
+@contextmanager
+def _shippable_flow_context() -> Iterator[None]:
+    """The flow run's context without its callable parameters while a task is submitted:
+    prefect-dask ships the flow run context (parameters included) to the worker, and a
+    `maserve-suite` flow's in-process progress callback cannot travel (it stays here, where
+    progress is reported)."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    if ctx is None:
+        yield
+        return
+    saved = ctx.parameters
+    ctx.parameters = {k: v for k, v in (saved or {}).items() if not callable(v)}
+    try:
+        yield
+    finally:
+        ctx.parameters = saved
 
 
 def _crash_task_run(task_run_id: Any, message: str) -> None:

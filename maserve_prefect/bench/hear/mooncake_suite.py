@@ -44,13 +44,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from maserve_prefect.bench.fanout import Fanout, Unit, run_units
+from maserve_prefect.bench.fanout import Fanout, run_units
 from maserve_prefect.bench.hear.arms import ArmRun, arm_unit, parse_arm
 from maserve_prefect.bench.hear.pool_sizing import SizingRule, SizingStep, size_pool
 from maserve_prefect.bench.hear.shape import shape_rows
 from maserve_prefect.bench.hear.suite_file import HearPool, MooncakeSuite
 from maserve_prefect.bench.hear.tables import arm_row, overhead_rows, wait_reuse_rows
 from maserve_prefect.bench.report import ProgressFn, Report, Table, columns_of
+from maserve_prefect.bench.units import Unit
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.metrics.report import markdown_table
 from maserve_prefect.workloads.mooncake_sessions import mooncake_load_levels

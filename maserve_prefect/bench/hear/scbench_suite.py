@@ -33,7 +33,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from maserve_prefect.bench.fanout import Fanout, Unit, run_units
+from maserve_prefect.bench.fanout import Fanout, run_units
 from maserve_prefect.bench.hear.arms import ArmRun, arm_unit, parse_arm
 from maserve_prefect.bench.hear.suite_file import ScbenchSuite, ScbenchWorkload
 from maserve_prefect.bench.hear.tables import (
@@ -44,6 +44,7 @@ from maserve_prefect.bench.hear.tables import (
     wait_reuse_rows,
 )
 from maserve_prefect.bench.report import ProgressFn, Report, Table
+from maserve_prefect.bench.units import Unit
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import SessionSet

@@ -25,11 +25,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from maserve_prefect.bench.fanout import Fanout, Unit, run_units
+from maserve_prefect.bench.fanout import Fanout, run_units
 from maserve_prefect.bench.pool.results import ArmRun, OracleRun, PoolSuiteResult, Row
 from maserve_prefect.bench.pool.suite_file import PoolSuite, Scale
 from maserve_prefect.bench.pool.traces import record_traces
 from maserve_prefect.bench.report import ProgressFn
+from maserve_prefect.bench.units import Unit
 from maserve_prefect.pool.costs import cost_model_source
 from maserve_prefect.pool.executor import run_pool
 from maserve_prefect.pool.inputs import ExecOptions, RootDag

@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from maserve_prefect.bench.fanout import Fanout, Unit, run_units
+from maserve_prefect.bench.fanout import Fanout, run_units
 from maserve_prefect.bench.replay.suite_file import ReplaySuite
 from maserve_prefect.bench.report import ProgressFn, Report, Row, Table
+from maserve_prefect.bench.units import Unit
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.replay.arms import (
     ScenarioResult,
