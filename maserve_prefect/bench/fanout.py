@@ -101,8 +101,17 @@ class Fanout:
     _runner: Any = field(default=None, repr=False, compare=False)
 
     def __enter__(self) -> Fanout:
-        """Keep one Dask cluster (started on first use) for every `run_units` call until exit."""
+        """Keep one Dask cluster for every `run_units` call until exit; a distributed fan-out
+        starts it now and has its workers import the suite code (`warm_up`) while this process
+        prepares the units (records work, trains predictors, locks deadlines)."""
         self._stack = ExitStack()
+        if self.distributed:
+            try:
+                with self.runner() as tr:
+                    tr.client.run(warm_up, wait=False)
+            except BaseException:
+                self.__exit__()
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -188,9 +197,23 @@ def run_units(
     return results, runs
 
 
+WARM_MODULES = ("maserve_prefect.bench.runner", "maserve_prefect.bench.unit_task")
+"""Every kind's unit functions, and Prefect's task engine (by name: a preload, not a layer)."""
+
+
+async def warm_up() -> None:
+    """Import what every unit needs (the kinds' unit functions, Prefect's task engine) on a
+    worker, ahead of its first unit (in a thread: the worker's event loop keeps serving)."""
+    import asyncio
+    import importlib
+
+    for name in WARM_MODULES:
+        await asyncio.to_thread(importlib.import_module, name)
+
+
 def task_runner(fanout: Fanout) -> DaskTaskRunner:
     """The `DaskTaskRunner` for `fanout`: its address, or a local cluster of single-threaded
-    worker processes without a dashboard (several suites may run on one machine)."""
+    worker processes, its dashboard on a free port (several suites may run on one machine)."""
     from prefect_dask import DaskTaskRunner
 
     if fanout.address is not None:
@@ -200,7 +223,7 @@ def task_runner(fanout: Fanout) -> DaskTaskRunner:
             "n_workers": fanout.workers,
             "processes": True,
             "threads_per_worker": 1,
-            "dashboard_address": None,
+            "dashboard_address": ":0",
         },
     )
 

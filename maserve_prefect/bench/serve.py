@@ -99,12 +99,7 @@ def suite_deployment(
     deployment = maserve_suite.to_deployment(
         name=suite.name,
         description=suite.description or None,
-        parameters={
-            "path": str(path),
-            "scale": scale,
-            "workers": workers,
-            "dask_address": dask_address,
-        },
+        parameters={"path": str(path), "scale": scale} | fanout_parameters(workers, dask_address),
         cron=sched.cron,
         interval=dt.timedelta(seconds=sched.interval_s) if sched.interval_s is not None else None,
         tags=["maserve-bench"],
@@ -112,6 +107,23 @@ def suite_deployment(
     )
     # `to_deployment` dispatches on context: called from sync code it returns the deployment.
     return cast("RunnerDeployment", deployment)
+
+
+def fanout_parameters(workers: int = 1, dask_address: str | None = None) -> dict[str, Any]:
+    """The `maserve-suite` flow parameters for a fan-out (none for the default: in process).
+
+    Examples:
+        >>> fanout_parameters(), fanout_parameters(2)
+        ({}, {'workers': 2})
+        >>> fanout_parameters(dask_address="tcp://h:8786")
+        {'dask_address': 'tcp://h:8786'}
+    """
+    out: dict[str, Any] = {}
+    if workers != 1:
+        out["workers"] = workers
+    if dask_address is not None:
+        out["dask_address"] = dask_address
+    return out
 
 
 async def _keep_scheduled(ids: Sequence[UUID], every_s: float) -> None:
