@@ -66,7 +66,8 @@ def execute_suite(
         calibrate: run a HEAR SCBench suite's FCFS calibration sweep instead of its arms
             (`bench.hear.calibrate`).
         workers: run the suite's units on a local Dask cluster of this many worker processes
-            (1: here, in order — the sequential path).
+            (1: here, in order — the sequential path). A HEAR calibration sweep and a role-modes
+            suite always run here (not split into units yet).
         dask_address: run them on the existing Dask scheduler at this address instead.
 
     Raises:
@@ -88,6 +89,8 @@ def execute_suite(
         if progress is not None:
             progress(done, total, label)
 
+    if calibrate or not isinstance(suite, ReplaySuite | PoolSuite | ScbenchSuite | MooncakeSuite):
+        fanout = Fanout()  # a calibration sweep and role modes run here (not split into units yet)
     with fanout:  # one Dask cluster for all the suite's units
         return _dispatch(suite, scale, prefect, step, out, calibrate, fanout)
 
@@ -120,7 +123,7 @@ def with_units(res: SuiteResult, fanout: Fanout) -> SuiteResult:
     """`res` with where its units ran, when they ran on Dask: a header line (the cluster, units
     per worker, the retried units) and the `units` table (one row per unit: worker, attempts,
     wall seconds, why a first attempt failed); a run here, in order, is left as it is."""
-    if not fanout.distributed:
+    if not fanout.distributed or not fanout.runs:
         return res
     split = ", ".join(f"{w}: {n}" for w, n in sorted(fanout.per_worker().items()))
     lines = [f"units on {fanout.describe()}: {len(fanout.runs)} units ({split})"]
