@@ -5,7 +5,11 @@ Prefect progress artifact (`maserve-suite-<name>-progress`, a no-op outside a fl
 dispatches to the kind's own loop (`bench.replay.suite.run_replay_suite`,
 `bench.pool.suite.run_pool_suite`, or one of the HEAR experiments in `bench.hear`) with a
 progress callback that advances the artifact and the caller's bar after each unit of work, and
-wraps what the kind returns in the one result type (`bench.result.SuiteResult`). It starts no
+wraps what the kind returns in the one result type (`bench.result.SuiteResult`). Each kind's
+independent units (replay arm runs, pool (pattern, run, arm) runs, HEAR arms) go through one
+fan-out seam (`bench.fanout`): here in order by default, on Dask with `workers > 1` or a
+`dask_address`, one cluster per suite run; a fanned-out result adds the `units` table (where
+each unit ran, the retried ones) and a header line. It starts no
 flow of its own: the `maserve-suite` flow (`bench.flow`) is a thin wrapper that calls it, so the
 flow depends on the runner and never the other way round.
 
