@@ -177,8 +177,8 @@ def run_units(
     order, plus one `UnitRun` each (also appended to `fanout.runs`).
 
     Raises:
-        MaserveError: a unit's own error (ConfigError, SimulationError...), as raised.
-        RuntimeError: a unit failed twice because its worker died (unit and error named).
+        Exception: a unit's own error (ConfigError, SimulationError...), as it raised it.
+        MaserveError: a unit's worker died on both attempts (the unit named).
     """
     fanout = fanout if fanout is not None else Fanout()
     if not units:
@@ -276,10 +276,14 @@ def _on_dask(
             try:
                 value = fut.result() if pf is None else pf.result()
             except Exception as exc:
-                if not _worker_died(exc) or i in errors:
-                    if isinstance(exc, MaserveError):
-                        raise
-                    raise RuntimeError(f"suite unit {units[i].label}: {exc}") from exc
+                if not _worker_died(exc):
+                    raise  # the unit's own error, as the sequential path raises it
+                if i in errors:
+                    raise MaserveError(
+                        f"suite unit {units[i].label}: its worker died twice "
+                        f"({type(exc).__name__}); check the workers' memory or rerun with "
+                        "--workers 1"
+                    ) from exc
                 errors[i] = f"its worker died ({type(exc).__name__})"
                 if pf is not None:
                     _crash_task_run(pf.task_run_id, errors[i])

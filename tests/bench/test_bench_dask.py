@@ -25,7 +25,7 @@ from maserve_prefect.bench.flow import run_suite
 from maserve_prefect.bench.hear.arms import ArmRun, arm_unit
 from maserve_prefect.bench.result import SuiteResult
 from maserve_prefect.bench.units import UNIT_TASK, Unit
-from maserve_prefect.errors import ConfigError
+from maserve_prefect.errors import ConfigError, MaserveError
 
 # Dask workers are spawned processes: ship this module's functions by value, not by import path.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -144,6 +144,15 @@ def test_a_killed_worker_fails_its_unit_which_is_retried_once_and_marked(
     assert any(h.startswith("RETRIED 1 unit(s)") and "cache_aware" in h
                for h in two.report.header)  # fmt: skip
     assert [d for d, _, _ in seen] == [1, 2]  # each unit counted once, when it finished
+
+
+def _always_die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_unit_whose_worker_dies_twice_fails_the_suite_in_one_line(cluster: str) -> None:
+    with pytest.raises(MaserveError, match="suite unit doomed: its worker died twice"):
+        run_units([Unit("doomed", _always_die)], Fanout(address=cluster))
 
 
 def test_a_hear_suite_on_dask_is_one_flow_run_with_a_task_run_per_unit(
