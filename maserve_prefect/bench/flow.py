@@ -23,6 +23,7 @@ from pathlib import Path
 
 from prefect import flow
 
+from maserve_prefect.bench.fanout import Fanout
 from maserve_prefect.bench.report import ProgressFn
 from maserve_prefect.bench.result import SuiteResult
 from maserve_prefect.bench.runner import execute_suite
@@ -37,6 +38,8 @@ def maserve_suite(
     progress: ProgressFn | None = None,
     trace: str | None = None,
     calibrate: bool = False,
+    workers: int = 1,
+    dask_address: str | None = None,
 ) -> SuiteResult:
     """Run a benchmark suite of any kind as one flow run: the kind's work (a progress artifact
     advances after each unit), then every table (`SuiteResult.tables`) as a table artifact plus
@@ -49,6 +52,9 @@ def maserve_suite(
         progress: called after each unit of work (in-process callers only).
         trace: a HEAR Mooncake suite's trace file instead of its `workload.trace`.
         calibrate: a HEAR SCBench suite's FCFS calibration sweep instead of its arms.
+        workers: run the units as `maserve-suite-unit` task runs of this flow run on a local
+            Dask cluster of this many workers (`bench.fanout`; 1: in this process, in order).
+        dask_address: on the existing Dask scheduler at this address instead.
 
     Returns:
         The suite's result (`SuiteResult.to_json` is its JSON form).
@@ -57,7 +63,8 @@ def maserve_suite(
 
     folder = Path(out) if out is not None else None
     res = execute_suite(load_suite(path), scale, prefect=True, progress=progress, out=folder,
-                        trace=Path(trace) if trace is not None else None, calibrate=calibrate)  # fmt: skip
+                        trace=Path(trace) if trace is not None else None, calibrate=calibrate,
+                        workers=workers, dask_address=dask_address)  # fmt: skip
     res.flow_run_id = str(flow_run.id)
     res.publish()
     if folder is not None:
@@ -74,6 +81,8 @@ def run_suite(
     out: Path | None = None,
     trace: Path | None = None,
     calibrate: bool = False,
+    workers: int = 1,
+    dask_address: str | None = None,
 ) -> SuiteResult:
     """Run a suite file of any kind now: one `maserve-suite` flow run (needs a Prefect API),
     or none.
@@ -86,9 +95,12 @@ def run_suite(
         out: write `<out>/<suite>.json` and `<out>/<suite>.md` (and the run's side files).
         trace: a HEAR Mooncake suite's trace file instead of its `workload.trace`.
         calibrate: a HEAR SCBench suite's FCFS calibration sweep instead of its arms.
+        workers: local Dask workers for the suite's units (`bench.fanout`; 1: here, in order).
+        dask_address: an existing Dask scheduler for them instead (`tcp://HOST:8786`).
 
     Raises:
-        ConfigError: a bad suite file, scale or part of the suite (file and key named).
+        ConfigError: a bad suite file, scale, part of the suite (file and key named), worker
+            count or Dask address.
 
     Examples:
         >>> run_suite("/nonexistent.yaml", prefect=False)
@@ -98,9 +110,11 @@ def run_suite(
     """
     suite = load_suite(path)  # parse errors surface before a flow run is created
     suite.check_scale(scale)
+    Fanout(workers, dask_address)  # so do a bad worker count or address
     if not prefect:
         res = execute_suite(suite, scale, prefect=False, progress=progress, out=out,
-                            trace=trace, calibrate=calibrate)  # fmt: skip
+                            trace=trace, calibrate=calibrate, workers=workers,
+                            dask_address=dask_address)  # fmt: skip
         if out is not None:
             res.write(out)
         return res
@@ -114,4 +128,6 @@ def run_suite(
             progress,
             str(Path(trace).resolve()) if trace is not None else None,
             calibrate,
+            workers,
+            dask_address,
         )

@@ -5,7 +5,11 @@ Prefect progress artifact (`maserve-suite-<name>-progress`, a no-op outside a fl
 dispatches to the kind's own loop (`bench.replay.suite.run_replay_suite`,
 `bench.pool.suite.run_pool_suite`, or one of the HEAR experiments in `bench.hear`) with a
 progress callback that advances the artifact and the caller's bar after each unit of work, and
-wraps what the kind returns in the one result type (`bench.result.SuiteResult`). It starts no
+wraps what the kind returns in the one result type (`bench.result.SuiteResult`). Each kind's
+independent units (replay arm runs, pool (pattern, run, arm) runs, HEAR arms) go through one
+fan-out seam (`bench.fanout`): here in order by default, on Dask with `workers > 1` or a
+`dask_address`, one cluster per suite run; a fanned-out result adds the `units` table (where
+each unit ran, the retried ones) and a header line. It starts no
 flow of its own: the `maserve-suite` flow (`bench.flow`) is a thin wrapper that calls it, so the
 flow depends on the runner and never the other way round.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maserve_prefect.bench.fanout import Fanout
 from maserve_prefect.bench.hear.calibrate import run_calibration
 from maserve_prefect.bench.hear.mooncake_suite import run_mooncake
 from maserve_prefect.bench.hear.role_modes import run_role_modes
@@ -31,7 +36,7 @@ from maserve_prefect.bench.pool.suite_file import PoolSuite
 from maserve_prefect.bench.pool.tables import pool_report
 from maserve_prefect.bench.replay.suite import run_replay_suite
 from maserve_prefect.bench.replay.suite_file import ReplaySuite
-from maserve_prefect.bench.report import ProgressFn
+from maserve_prefect.bench.report import ProgressFn, Table
 from maserve_prefect.bench.result import SuiteResult
 from maserve_prefect.bench.suite import Suite
 from maserve_prefect.errors import ConfigError
@@ -47,6 +52,8 @@ def execute_suite(
     out: Path | None = None,
     trace: Path | None = None,
     calibrate: bool = False,
+    workers: int = 1,
+    dask_address: str | None = None,
 ) -> SuiteResult:
     """Run `suite` at `scale` and return its result (no flow run of its own).
 
@@ -62,11 +69,16 @@ def execute_suite(
         trace: a HEAR Mooncake suite's trace file instead of its `workload.trace`.
         calibrate: run a HEAR SCBench suite's FCFS calibration sweep instead of its arms
             (`bench.hear.calibrate`).
+        workers: run the suite's units on a local Dask cluster of this many worker processes
+            (1: here, in order — the sequential path). A HEAR calibration sweep and a role-modes
+            suite always run here (not split into units yet).
+        dask_address: run them on the existing Dask scheduler at this address instead.
 
     Raises:
-        ConfigError: a bad scale, a bad part of the suite found when it runs, or `trace` /
-            `calibrate` for a suite that has no such thing.
+        ConfigError: a bad scale, a bad part of the suite found when it runs, `trace` /
+            `calibrate` for a suite that has no such thing, or a bad `workers` / `dask_address`.
     """
+    fanout = Fanout(workers, dask_address)
     suite.check_scale(scale)
     if trace is not None:
         if not isinstance(suite, MooncakeSuite):
@@ -81,20 +93,54 @@ def execute_suite(
         if progress is not None:
             progress(done, total, label)
 
+    if calibrate or not isinstance(suite, ReplaySuite | PoolSuite | ScbenchSuite | MooncakeSuite):
+        fanout = Fanout()  # a calibration sweep and role modes run here (not split into units yet)
+    with fanout:  # one Dask cluster for all the suite's units
+        return _dispatch(suite, scale, prefect, step, out, calibrate, fanout)
+
+
+def _dispatch(
+    suite: Suite, scale: str, prefect: bool, step: ProgressFn, out: Path | None, calibrate: bool,
+    fanout: Fanout,
+) -> SuiteResult:  # fmt: skip
     if isinstance(suite, ReplaySuite):
-        replay = run_replay_suite(suite, scale, prefect=prefect, progress=step)
-        return SuiteResult(suite, scale, replay.report(), detail=replay)
+        replay = run_replay_suite(suite, scale, prefect=prefect, progress=step, fanout=fanout)
+        return with_units(SuiteResult(suite, scale, replay.report(), detail=replay), fanout)
     if isinstance(suite, PoolSuite):
-        pool = run_pool_suite(suite, scale, progress=step)
-        return SuiteResult(suite, scale, pool_report(pool), detail=pool)
+        pool = run_pool_suite(suite, scale, progress=step, fanout=fanout)
+        return with_units(SuiteResult(suite, scale, pool_report(pool), detail=pool), fanout)
     if isinstance(suite, ScbenchSuite) and calibrate:
         report = run_calibration(suite, scale, step)
     elif isinstance(suite, ScbenchSuite):
-        report = run_scbench(suite, scale, out, step)
+        report = run_scbench(suite, scale, out, step, fanout)
     elif isinstance(suite, MooncakeSuite):
-        report = run_mooncake(suite, scale, out, step)
+        report = run_mooncake(suite, scale, out, step, fanout)
     else:
         report = run_role_modes(suite, scale, out, step)
     report.summary = {"experiment": suite.experiment} | report.summary
     stem = f"{suite.name}.calibration" if calibrate else None
-    return SuiteResult(suite, scale, report, files=list(report.files), stem=stem)
+    res = SuiteResult(suite, scale, report, files=list(report.files), stem=stem)
+    return with_units(res, fanout)
+
+
+def with_units(res: SuiteResult, fanout: Fanout) -> SuiteResult:
+    """`res` with where its units ran, when they ran on Dask: a header line (the cluster, units
+    per worker, the retried units) and the `units` table (one row per unit: worker, attempts,
+    wall seconds, why a first attempt failed); a run here, in order, is left as it is."""
+    if not fanout.distributed or not fanout.runs:
+        return res
+    split = ", ".join(f"{w}: {n}" for w, n in sorted(fanout.per_worker().items()))
+    lines = [f"units on {fanout.describe()}: {len(fanout.runs)} units ({split})"]
+    retried = [r for r in fanout.runs if r.retried]
+    if retried:
+        lines.append(
+            f"RETRIED {len(retried)} unit(s) whose worker died: "
+            + ", ".join(f"{r.label} ({r.error})" for r in retried)
+        )
+    res.report.header += lines
+    res.report.tables["units"] = Table(
+        fanout.rows(),
+        "Units and where they ran (retried: its first worker died; run once more)",
+        detail=not retried,
+    )
+    return res

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
+from maserve_prefect.bench.fanout import Fanout
 from maserve_prefect.bench.suite import Suite, find_suites, load_suite
 from maserve_prefect.errors import ConfigError
 
@@ -74,8 +75,16 @@ def check_servable(folder: str | Path, scale: str = "demo") -> list[tuple[Path, 
     return suites
 
 
-def suite_deployment(path: Path, suite: Suite, scale: str = "demo") -> RunnerDeployment:
-    """The deployment of one scheduled suite of any kind (name = suite name).
+def suite_deployment(
+    path: Path,
+    suite: Suite,
+    scale: str = "demo",
+    *,
+    workers: int = 1,
+    dask_address: str | None = None,
+) -> RunnerDeployment:
+    """The deployment of one scheduled suite of any kind (name = suite name); `workers` /
+    `dask_address` are its runs' Dask fan-out (`bench.fanout`; parameters a run may override).
 
     Raises:
         ConfigError: a scale the suite does not have.
@@ -90,7 +99,7 @@ def suite_deployment(path: Path, suite: Suite, scale: str = "demo") -> RunnerDep
     deployment = maserve_suite.to_deployment(
         name=suite.name,
         description=suite.description or None,
-        parameters={"path": str(path), "scale": scale},
+        parameters={"path": str(path), "scale": scale} | fanout_parameters(workers, dask_address),
         cron=sched.cron,
         interval=dt.timedelta(seconds=sched.interval_s) if sched.interval_s is not None else None,
         tags=["maserve-bench"],
@@ -98,6 +107,23 @@ def suite_deployment(path: Path, suite: Suite, scale: str = "demo") -> RunnerDep
     )
     # `to_deployment` dispatches on context: called from sync code it returns the deployment.
     return cast("RunnerDeployment", deployment)
+
+
+def fanout_parameters(workers: int = 1, dask_address: str | None = None) -> dict[str, Any]:
+    """The `maserve-suite` flow parameters for a fan-out (none for the default: in process).
+
+    Examples:
+        >>> fanout_parameters(), fanout_parameters(2)
+        ({}, {'workers': 2})
+        >>> fanout_parameters(dask_address="tcp://h:8786")
+        {'dask_address': 'tcp://h:8786'}
+    """
+    out: dict[str, Any] = {}
+    if workers != 1:
+        out["workers"] = workers
+    if dask_address is not None:
+        out["dask_address"] = dask_address
+    return out
 
 
 async def _keep_scheduled(ids: Sequence[UUID], every_s: float) -> None:
@@ -136,6 +162,8 @@ def serve_suites(
     *,
     limit: int | None = None,
     schedule_every_s: float = SCHEDULE_EVERY_S,
+    workers: int = 1,
+    dask_address: str | None = None,
 ) -> list[str]:
     """Serve every scheduled suite in `folder` (blocks until Ctrl-C / SIGTERM).
 
@@ -146,6 +174,8 @@ def serve_suites(
         scale: the scale every served suite runs at.
         limit: most flow runs at once (None: Prefect's default).
         schedule_every_s: how often upcoming runs are scheduled (see the module docstring).
+        workers: each run's local Dask workers for its units (1: in the run's process).
+        dask_address: each run's units on this existing Dask scheduler instead.
 
     Returns:
         The names of the suites that were served.
@@ -158,7 +188,10 @@ def serve_suites(
         >>> serve_suites("deployments/suites")  # doctest: +SKIP
     """
     suites = check_servable(folder, scale)
-    deployments = [suite_deployment(p, s, scale) for p, s in suites]
+    Fanout(workers, dask_address)  # a bad count or address fails before serving
+    deployments = [
+        suite_deployment(p, s, scale, workers=workers, dask_address=dask_address) for p, s in suites
+    ]
     try:
         asyncio.run(serve_async(deployments, limit=limit, schedule_every_s=schedule_every_s))
     except KeyboardInterrupt:

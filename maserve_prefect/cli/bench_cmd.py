@@ -6,7 +6,9 @@ executes one now as a `maserve-suite` Prefect flow run (`bench.flow.run_suite`) 
 bar (units: arm runs for replay, (pattern, run, arm) for pool, arms for HEAR), prints its tables
 (replay: arms, the conformance audit, the metric tables, the findings; pool and HEAR: the
 experiment's tables) and with `--out` writes `<out>/<suite>.json` and `<out>/<suite>.md`;
-`--no-prefect` runs the same work without a suite flow run; `--trace` gives a HEAR Mooncake suite
+`--no-prefect` runs the same work without a suite flow run; `--workers N` fans the units out on
+a local Dask cluster of N worker processes (`--dask-address tcp://HOST:8786`: an existing one;
+`bench.fanout`), with the same results; `--trace` gives a HEAR Mooncake suite
 another trace, `--calibrate` runs a HEAR SCBench suite's FCFS calibration sweep instead of its
 arms. `serve` registers every scheduled
 suite in a folder, of any kind, as a deployment and serves it (`bench.serve.serve_suites`)
@@ -20,6 +22,8 @@ first; `--allow-failures` exits 0 instead).
 Examples:
     maserve bench run deployments/suites/finding_barrier.yaml --scale demo --out out/bench
     maserve bench run deployments/suites/pool_hetero.yaml --scale medium
+    maserve bench run deployments/suites/hear_scbench.yaml --workers 2
+    maserve bench run deployments/suites/pool_hetero.yaml --dask-address tcp://10.0.0.5:8786
     maserve bench run deployments/suites/hear_scbench.yaml --scale full --no-prefect
     maserve bench run deployments/suites/hear_scbench.yaml --scale full --calibrate
     maserve bench run deployments/suites/hear_mooncake.yaml --trace my_mooncake_trace.jsonl
@@ -109,8 +113,24 @@ def run_cmd(
             "--allow-failures", help="Exit 0 even when a replay arm run failed its work checks."
         ),
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Run the suite's units (arm runs, pool runs, HEAR arms) on a local Dask cluster "
+            "of this many worker processes (1: in this process, in order).",
+        ),
+    ] = 1,
+    dask_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the units on this existing Dask scheduler (tcp://HOST:8786) instead; its "
+            "workers need maserve-prefect installed and reach the Prefect API.",
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark suite of any kind now and print its tables."""
+    from maserve_prefect.bench.fanout import Fanout
     from maserve_prefect.bench.flow import run_suite
     from maserve_prefect.bench.replay.suite import ReplaySuiteResult
     from maserve_prefect.bench.suite import load_suite
@@ -118,6 +138,7 @@ def run_cmd(
     console = Console(width=140)
     try:
         load_suite(suite).check_scale(scale)  # a bad file or scale fails before a server starts
+        Fanout(workers, dask_address)  # so do a bad worker count or address
         if out is not None:
             check_out_dir(out, "--out")
         with ExitStack() as stack:
@@ -141,7 +162,8 @@ def run_cmd(
                 bar.update(task, completed=done, total=total, description=label)
 
             res = run_suite(suite, scale, prefect=prefect, progress=progress, out=out,
-                            trace=trace, calibrate=calibrate)  # fmt: skip
+                            trace=trace, calibrate=calibrate, workers=workers,
+                            dask_address=dask_address)  # fmt: skip
         print_result(console, res, metrics=metrics)
         for path in res.files:
             console.print(f"wrote {path}")
@@ -170,15 +192,33 @@ def serve_cmd(
     schedule_every_s: Annotated[
         float, typer.Option(help="How often upcoming runs are scheduled (seconds).", min=0.5)
     ] = 10.0,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Run the suite's units (arm runs, pool runs, HEAR arms) on a local Dask cluster "
+            "of this many worker processes (1: in this process, in order).",
+        ),
+    ] = 1,
+    dask_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the units on this existing Dask scheduler (tcp://HOST:8786) instead; its "
+            "workers need maserve-prefect installed and reach the Prefect API.",
+        ),
+    ] = None,
 ) -> None:
     """Serve every scheduled suite, of any kind, as a Prefect deployment (blocks; Ctrl-C stops)."""
     from maserve_prefect import prefect_server
+    from maserve_prefect.bench.fanout import Fanout
     from maserve_prefect.bench.serve import check_servable, serve_suites
 
     try:
         check_servable(suites, scale)  # bad or unscheduled suites fail before a server starts
+        Fanout(workers, dask_address)
         with prefect_server.connected(prefect_server.ensure_server()):
-            served = serve_suites(suites, scale, limit=limit, schedule_every_s=schedule_every_s)
+            served = serve_suites(suites, scale, limit=limit, schedule_every_s=schedule_every_s,
+                                  workers=workers, dask_address=dask_address)  # fmt: skip
     except MaserveError as exc:
         fail(str(exc))
     Console().print(f"stopped serving {', '.join(served)}")

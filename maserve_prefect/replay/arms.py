@@ -28,6 +28,7 @@ deadline attainment, roots by status); across blocks an arm is summarized by the
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -63,11 +64,14 @@ __all__ = [
     "LockedDeadlines",
     "ScenarioResult",
     "arm_barrier",
+    "arm_order",
     "arm_pool_file",
     "drain_engine",
     "lock_deadlines",
+    "prepare_scenario",
     "root_class",
     "run_arm",
+    "run_arm_unit",
     "run_scenario",
 ]
 
@@ -217,6 +221,7 @@ _JOBS: dict[str, Callable[[], ArmResult]] = {}
 _KEYS = itertools.count()
 
 
+@functools.cache
 def _arm_flow() -> Any:
     from prefect import flow
 
@@ -342,25 +347,53 @@ def run_scenario(
         ...
         maserve_prefect.errors.ConfigError: --engine 'tgi': expected 'sim' or 'openai:URL' (e.g. openai:http://127.0.0.1:8000)
     """
+    result = prepare_scenario(scenario, loaded)
+    for block, arm in arm_order(scenario):
+        res = run_arm_unit(scenario, result.trace_set, arm, block, result.deadlines_s, prefect)
+        result.results.append(res)
+        if on_arm is not None:
+            on_arm(res)
+    return result
+
+
+def prepare_scenario(
+    scenario: Scenario, loaded: Mapping[str, tuple[Trace, BlobStore]] | None = None
+) -> ScenarioResult:
+    """What every arm run of `scenario` shares, its arm runs still to come: the trace set, the
+    checks (engine, deadline classes, every arm's barrier) and the locked deadlines (their
+    reference replay). Raises as `run_scenario` does."""
     parse_single_engine(scenario.engine, "a replay scenario")
     ts = build_trace_set(scenario, loaded)
     check_deadline_classes(scenario, ts)
     for arm in scenario.arms:
         arm_barrier(scenario, ts, arm)  # a bad barrier is refused before anything replays
     deadlines, reference, reference_state = lock_deadlines(scenario, ts)
-    result = ScenarioResult(scenario, ts, deadlines, reference, reference_state=reference_state)
-    flow_fn = _arm_flow() if prefect else None
+    return ScenarioResult(scenario, ts, deadlines, reference, reference_state=reference_state)
+
+
+def arm_order(scenario: Scenario) -> list[tuple[int, Arm]]:
+    """(block, arm) of every arm run, in the order results are kept: block by block, the arms in
+    scenario order on even blocks and reversed on odd ones."""
+    out = []
     for block in range(scenario.blocks):
         arms = scenario.arms if block % 2 == 0 else tuple(reversed(scenario.arms))
-        for arm in arms:
-            if flow_fn is None:
-                res = run_arm(scenario, ts, arm, block, deadlines)
-            else:
-                res = _run_in_flow(flow_fn, scenario, ts, arm, block, deadlines)
-            result.results.append(res)
-            if on_arm is not None:
-                on_arm(res)
-    return result
+        out += [(block, arm) for arm in arms]
+    return out
+
+
+def run_arm_unit(
+    scenario: Scenario,
+    ts: TraceSet,
+    arm: Arm,
+    block: int,
+    deadlines: Mapping[str, float],
+    prefect: bool = True,
+) -> ArmResult:
+    """One arm run of one block: bare (`run_arm`) or as its `maserve-replay-arm` flow run (a
+    subflow of the flow or task run that calls it)."""
+    if not prefect:
+        return run_arm(scenario, ts, arm, block, deadlines)
+    return _run_in_flow(_arm_flow(), scenario, ts, arm, block, deadlines)
 
 
 def _run_in_flow(

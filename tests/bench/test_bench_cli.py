@@ -131,6 +131,29 @@ def test_scheduled_suites_of_any_kind_become_deployments(tmp_path: Path) -> None
     assert dep.description == "a tiny HEAR suite"
 
 
+def test_a_served_suite_can_fan_out_on_dask(tmp_path: Path) -> None:
+    write_suite(tmp_path, name="a", schedule={"interval_s": 5})
+    ((path, suite),) = scheduled_suites(tmp_path)
+    dep = suite_deployment(path, suite, "demo", workers=2)
+    assert dep.parameters == {"path": str(path), "scale": "demo", "workers": 2}
+    dep = suite_deployment(path, suite, "demo", dask_address="tcp://10.0.0.5:8786")
+    assert dep.parameters["dask_address"] == "tcp://10.0.0.5:8786"
+
+
+def test_bench_run_refuses_a_bad_worker_count_or_address_in_one_line(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path)
+    res = runner.invoke(app, ["bench", "run", str(suite), "--no-prefect", "--workers", "0"])
+    assert res.exit_code != 0 and "--workers" in res.output
+    res = runner.invoke(
+        app, ["bench", "run", str(suite), "--no-prefect", "--dask-address", "somehost"]
+    )
+    assert res.exit_code == 1
+    assert "--dask-address 'somehost': expected a scheduler address such as tcp://HOST:8786" in (
+        res.output
+    )
+    assert "Traceback" not in res.output
+
+
 def test_scheduled_suites_become_deployments_of_the_suite_flow(tmp_path: Path) -> None:
     write_suite(tmp_path, name="a", schedule={"interval_s": 5})
     write_suite(tmp_path, name="b", schedule={"cron": "0 3 * * *"})

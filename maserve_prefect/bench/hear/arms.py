@@ -201,3 +201,20 @@ def run_arm(
     if result.content_hash != sset.content_hash():
         raise ConfigError(f"arm {arm.name!r}: the replay reports a different workload hash")
     return ArmRun(arm, result, recorder, ordering, continuation, records, list(replicas))
+
+
+def arm_unit(
+    sset: SessionSet,
+    name: str,
+    spec: str,
+    pool: tuple[str, str, int, float, dict[str, Any]],
+    refresh_s: float,
+    expect_hash: str,
+) -> ArmRun:
+    """One arm of a HEAR suite on a fresh pool (a `bench.fanout` unit): `pool` is (gpu, model,
+    devices, host KV GiB, scheduler settings); the arm's engine policy is set here."""
+    arm = parse_arm(name, spec)
+    gpu, model, num_devices, host_kv_gib, scheduler = pool
+    replicas = make_pool(gpu, model, num_devices, host_kv_gib,
+                         {**scheduler, "policy": arm.engine_policy})  # fmt: skip
+    return run_arm(sset, arm, replicas, refresh_s=refresh_s, expect_hash=expect_hash)

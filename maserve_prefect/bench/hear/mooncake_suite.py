@@ -44,12 +44,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from maserve_prefect.bench.hear.arms import ArmRun, make_pool, parse_arm, run_arm
+from maserve_prefect.bench.fanout import Fanout, run_units
+from maserve_prefect.bench.hear.arms import ArmRun, arm_unit, parse_arm
 from maserve_prefect.bench.hear.pool_sizing import SizingRule, SizingStep, size_pool
 from maserve_prefect.bench.hear.shape import shape_rows
 from maserve_prefect.bench.hear.suite_file import HearPool, MooncakeSuite
 from maserve_prefect.bench.hear.tables import arm_row, overhead_rows, wait_reuse_rows
 from maserve_prefect.bench.report import ProgressFn, Report, Table, columns_of
+from maserve_prefect.bench.units import Unit
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.metrics.report import markdown_table
 from maserve_prefect.workloads.mooncake_sessions import mooncake_load_levels
@@ -235,12 +237,14 @@ def run_mooncake(
     scale: str = "demo",
     out_dir: Path | None = None,
     progress: ProgressFn | None = None,
+    fanout: Fanout | None = None,
 ) -> Report:
     """Run every arm at every load level of the Mooncake suite at `scale` (progress: after each
-    (load level, arm)).
+    (load level, arm)); each (load level, arm) is one unit (`bench.fanout`: here in order, or on
+    Dask).
 
-    With `out_dir`, each load level's workload is written there as JSONL, and the arm table so
-    far as markdown after each level (a full run takes a while).
+    With `out_dir`, each load level's workload is written there as JSONL before the arms run,
+    and the arm table as markdown after them (`hear_mooncake_<scale>.partial.md`).
 
     Raises:
         ConfigError: a bad scale, trace or arm, or no pool size meets the sizing rule.
@@ -256,33 +260,34 @@ def run_mooncake(
     files: list[Path] = []
     arms = {name: parse_arm(name, spec) for name, spec in cfg.arms.items()}
     wait_s = min((a.guard.wait_s for a in arms.values() if a.guard), default=40.0)
-    total, done = len(levels) * len(cfg.arms), 0
-    for frac, sset in sorted(levels.items()):
-        load = f"{frac:.0%}"
-        digest = sset.content_hash()
-        offered[load] = offered_tpm(sset)
+    shape = (pool.gpu, pool.model, num_devices, float(pool.host_kv_gib), dict(pool.scheduler))
+    order = sorted(levels.items())
+    units = []
+    for frac, sset in order:
         if out_dir is not None:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             files.append(
                 sset.save(Path(out_dir) / f"hear_mooncake_{scale}_{int(frac * 100)}.jsonl")
             )
+        digest = sset.content_hash()
+        units += [Unit(f"{frac:.0%}/{name}", arm_unit,
+                       (sset, name, spec, shape, cfg.refresh_s, digest))
+                  for name, spec in cfg.arms.items()]  # fmt: skip
+    results = iter(run_units(units, fanout, progress)[0])
+    for frac, sset in order:
+        load = f"{frac:.0%}"
+        offered[load] = offered_tpm(sset)
         level: dict[str, ArmRun] = {}
-        for name, arm in arms.items():
-            replicas = make_pool(pool.gpu, pool.model, num_devices, float(pool.host_kv_gib),
-                                 {**pool.scheduler, "policy": arm.engine_policy})  # fmt: skip
-            run = run_arm(sset, arm, replicas, refresh_s=cfg.refresh_s, expect_hash=digest)
+        for name in arms:
+            run = next(results)
             level[name] = run
             rows.append(_row(load, run))
-            done += 1
-            if progress is not None:
-                progress(done, total, f"{load}/{name}")
         waiting += [{"load": load, **r} for r in wait_reuse_rows(level, wait_s)]
         overhead += [{"load": load, **r} for r in overhead_rows(list(level.values()))]
-        if out_dir is not None:  # a full run takes a while: keep what is done so far
-            partial = Path(out_dir) / f"hear_mooncake_{scale}.partial.md"
-            partial.write_text(markdown_table(columns_of(rows, COLUMNS)) + "\n")
-            if partial not in files:
-                files.append(partial)
+    if out_dir is not None:  # the arm table as markdown, as the sequential run leaves it
+        partial = Path(out_dir) / f"hear_mooncake_{scale}.partial.md"
+        partial.write_text(markdown_table(columns_of(rows, COLUMNS)) + "\n")
+        files.append(partial)
     trace = trace_line(cfg.path(cfg.workload.trace).resolve())
     regime = regime_rows(rows, offered)
     header = [

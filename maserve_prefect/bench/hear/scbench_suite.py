@@ -33,7 +33,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from maserve_prefect.bench.hear.arms import ArmRun, make_pool, parse_arm, run_arm
+from maserve_prefect.bench.fanout import Fanout, run_units
+from maserve_prefect.bench.hear.arms import ArmRun, arm_unit, parse_arm
 from maserve_prefect.bench.hear.suite_file import ScbenchSuite, ScbenchWorkload
 from maserve_prefect.bench.hear.tables import (
     arm_row,
@@ -43,6 +44,7 @@ from maserve_prefect.bench.hear.tables import (
     wait_reuse_rows,
 )
 from maserve_prefect.bench.report import ProgressFn, Report, Table
+from maserve_prefect.bench.units import Unit
 from maserve_prefect.errors import ConfigError
 from maserve_prefect.workloads.scbench import generate_scbench
 from maserve_prefect.workloads.sessions import SessionSet
@@ -144,8 +146,10 @@ def run_scbench(
     scale: str = "demo",
     out_dir: Path | None = None,
     progress: ProgressFn | None = None,
+    fanout: Fanout | None = None,
 ) -> Report:
-    """Run every arm of the SCBench suite at `scale` (progress: after each arm).
+    """Run every arm of the SCBench suite at `scale` (progress: after each arm); each arm is one
+    unit (`bench.fanout`: here in order, or on Dask) replaying the one recorded workload.
 
     With `out_dir`, the recorded workload is written there as JSONL.
 
@@ -161,14 +165,13 @@ def run_scbench(
         files.append(sset.save(Path(out_dir) / f"hear_scbench_{scale}_workload.jsonl"))
     pool = cfg.pool
     num_devices = pool.num_devices or 1
-    runs: dict[str, ArmRun] = {}
-    for i, (name, spec) in enumerate(cfg.arms.items()):
-        arm = parse_arm(name, spec)
-        replicas = make_pool(pool.gpu, pool.model, num_devices, float(pool.host_kv_gib),
-                             {**pool.scheduler, "policy": arm.engine_policy})  # fmt: skip
-        runs[name] = run_arm(sset, arm, replicas, refresh_s=cfg.refresh_s, expect_hash=digest)
-        if progress is not None:
-            progress(i + 1, len(cfg.arms), name)
+    shape = (pool.gpu, pool.model, num_devices, float(pool.host_kv_gib), dict(pool.scheduler))
+    units = [Unit(name, arm_unit, (sset, name, spec, shape, cfg.refresh_s, digest))
+             for name, spec in cfg.arms.items()]  # fmt: skip
+    for name, spec in cfg.arms.items():
+        parse_arm(name, spec)  # a bad arm fails before any runs
+    results, _ = run_units(units, fanout, progress)
+    runs: dict[str, ArmRun] = dict(zip(cfg.arms, results, strict=True))
     rows = with_paper([arm_row(run) for run in runs.values()])
     head = headline_rows(runs) if "fcfs" in runs and HEADLINE in runs else []
     over = overhead_rows(list(runs.values()))

@@ -25,12 +25,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from maserve_prefect.bench.fanout import Fanout, run_units
 from maserve_prefect.bench.pool.results import ArmRun, OracleRun, PoolSuiteResult, Row
 from maserve_prefect.bench.pool.suite_file import PoolSuite, Scale
 from maserve_prefect.bench.pool.traces import record_traces
 from maserve_prefect.bench.report import ProgressFn
+from maserve_prefect.bench.units import Unit
 from maserve_prefect.pool.costs import cost_model_source
 from maserve_prefect.pool.executor import run_pool
+from maserve_prefect.pool.inputs import ExecOptions, RootDag
 from maserve_prefect.pool.lower_bound import lower_bound
 from maserve_prefect.pool.oracle import fits_oracle, oracle
 from maserve_prefect.pool.recorded import (
@@ -40,6 +43,7 @@ from maserve_prefect.pool.recorded import (
     build_root_dags,
     recorded_roots,
 )
+from maserve_prefect.pool.results import PoolRunResult
 from maserve_prefect.pool.state import CostModel
 
 
@@ -73,10 +77,40 @@ def cost_tables(
     }
 
 
+def arm_unit(
+    workflows: Sequence[RootDag], devices: Sequence[str], plan: str, costs: CostModel,
+    options: ExecOptions,
+) -> PoolRunResult:  # fmt: skip
+    """One (pattern, run, arm) of a pool suite: its plan on a fresh pool (a `bench.fanout`
+    unit)."""
+    return run_pool(workflows, devices, plan, costs=costs, options=options)
+
+
+def oracle_unit(
+    workflows: Sequence[RootDag], devices: Sequence[str], seeds: dict[str, PoolRunResult],
+    options: ExecOptions, max_evaluations: int,
+) -> OracleRun:  # fmt: skip
+    """The Oracle of one (pattern, run), seeded with every arm's schedule (a `bench.fanout`
+    unit)."""
+    found = oracle(
+        workflows, devices, seeds=seeds, options=options, max_evaluations=max_evaluations
+    )
+    return OracleRun.of(found)
+
+
 def run_pool_suite(
-    suite: PoolSuite, scale: str = "demo", *, progress: ProgressFn | None = None
+    suite: PoolSuite,
+    scale: str = "demo",
+    *,
+    progress: ProgressFn | None = None,
+    fanout: Fanout | None = None,
 ) -> PoolSuiteResult:
     """Run every (arrival pattern, run, arm) of `suite` at `scale`.
+
+    The work is recorded, the predictors trained and the cost tables built here; then every
+    (pattern, run, arm) is one unit (`bench.fanout`: here in order, or on Dask), and after them
+    every (pattern, run)'s Oracle, seeded with that cell's arm runs. `seconds` holds each unit's
+    own wall time.
 
     Recording native traces needs a Prefect API (`prefect_server.ensure_server()` or a test
     harness) unless they are cached under `$MASERVE_HOME/pool_traces/`.
@@ -110,50 +144,49 @@ def run_pool_suite(
     every = recorded  # buckets must cover every request
     costs = cost_tables(suite, arms, every, rows, sc, spec.num_trees)
     out.seconds["cost_tables"] = time.perf_counter() - t2
-    total, done = sc.runs * len(patterns) * len(arms), 0
+    cells = []  # (pattern, run, workflows): every arm of a cell runs the same work
     for run, roots in enumerate(by_run):
         for pname in patterns:
             workflows = build_root_dags(roots, suite.arrivals[pname].pattern(), run)
             out.lower_bounds[(pname, run)] = lower_bound(
                 workflows, devices, options=sizing.options()
             ).bound_s
-            seeds = {}
-            for arm in arms:
-                a = suite.arms[arm]
-                t3 = time.perf_counter()
-                res = run_pool(
-                    workflows,
-                    devices,
-                    a.plan,
-                    costs=costs[a.predictor],
-                    options=a.options(sizing),
-                )
-                key = f"{pname}/{arm}/run{run}"
-                out.seconds[key] = time.perf_counter() - t3
-                out.runs.append(ArmRun.of(pname, arm, run, res))
-                seeds[arm] = res  # every arm's run is a schedule of the same deployments
-                done += 1
-                if progress is not None:
-                    progress(done, total, key)
-            num_units = sum(len(w.units) for w in workflows)
-            if sc.oracle_evaluations and seeds and fits_oracle(num_units, len(devices)):
-                t4 = time.perf_counter()
-                found = oracle(
-                    workflows,
-                    devices,
-                    seeds=seeds,
-                    options=sizing.options(),
-                    max_evaluations=sc.oracle_evaluations,
-                )
-                out.oracles[(pname, run)] = OracleRun.of(found)
-                out.seconds[f"{pname}/oracle/run{run}"] = time.perf_counter() - t4
-            else:
-                out.oracle_skipped[(pname, run)] = (
-                    "off at this scale (oracle_evaluations: 0)"
-                    if not sc.oracle_evaluations
-                    else f"{num_units} calls on {len(devices)} devices: beyond the Oracle's "
-                    "size limits (pool.oracle.fits_oracle)"
-                )
+            cells.append((pname, run, workflows))
+    units = [
+        Unit(f"{pname}/{arm}/run{run}", arm_unit,
+             (workflows, devices, suite.arms[arm].plan, costs[suite.arms[arm].predictor],
+              suite.arms[arm].options(sizing)))
+        for pname, run, workflows in cells
+        for arm in arms
+    ]  # fmt: skip
+    results, unit_runs = run_units(units, fanout, progress)
+    found = iter(zip(results, unit_runs, strict=True))
+    oracle_units, oracle_cells = [], []
+    for pname, run, workflows in cells:
+        seeds = {}
+        for arm in arms:
+            res, unit_run = next(found)
+            out.seconds[unit_run.label] = unit_run.seconds
+            out.runs.append(ArmRun.of(pname, arm, run, res))
+            seeds[arm] = res  # every arm's run is a schedule of the same deployments
+        num_units = sum(len(w.units) for w in workflows)
+        if sc.oracle_evaluations and seeds and fits_oracle(num_units, len(devices)):
+            oracle_units.append(
+                Unit(f"{pname}/oracle/run{run}", oracle_unit,
+                     (workflows, devices, seeds, sizing.options(), sc.oracle_evaluations))
+            )  # fmt: skip
+            oracle_cells.append((pname, run))
+        else:
+            out.oracle_skipped[(pname, run)] = (
+                "off at this scale (oracle_evaluations: 0)"
+                if not sc.oracle_evaluations
+                else f"{num_units} calls on {len(devices)} devices: beyond the Oracle's "
+                "size limits (pool.oracle.fits_oracle)"
+            )
+    oracles, oracle_runs = run_units(oracle_units, fanout)
+    for cell, orc, unit_run in zip(oracle_cells, oracles, oracle_runs, strict=True):
+        out.oracles[cell] = orc
+        out.seconds[unit_run.label] = unit_run.seconds
     out.seconds["total"] = time.perf_counter() - t0
     return out
 

@@ -29,9 +29,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from maserve_prefect.bench.fanout import Fanout, run_units
 from maserve_prefect.bench.replay.suite_file import ReplaySuite
 from maserve_prefect.bench.report import ProgressFn, Report, Row, Table
-from maserve_prefect.replay.arms import ArmResult, ScenarioResult, run_scenario
+from maserve_prefect.bench.units import Unit
+from maserve_prefect.errors import ConfigError
+from maserve_prefect.replay.arms import (
+    ScenarioResult,
+    arm_order,
+    prepare_scenario,
+    run_arm_unit,
+)
 from maserve_prefect.replay.conformance import ConformanceReport
 from maserve_prefect.replay.report import report_scenario
 from maserve_prefect.replay.scenario import NativeRecipe, Scenario
@@ -152,37 +160,63 @@ def run_replay_suite(
     *,
     prefect: bool = True,
     progress: ProgressFn | None = None,
+    fanout: Fanout | None = None,
 ) -> ReplaySuiteResult:
     """Run every scenario of a replay suite in the current context (no flow of its own).
+
+    Each scenario is prepared here (trace set, checks, the deadlines' reference replay; native
+    cohorts realized once per suite), then every arm run of every scenario is one unit
+    (`bench.fanout`), run here in order or on Dask, and the results are kept in scenario and
+    arm-run order, as the sequential loop keeps them.
 
     Args:
         suite: the parsed suite.
         scale: `demo` or `full`.
         prefect: run each arm as a `maserve-replay-arm` flow run (False: bare).
         progress: called after each arm run, labelled `scenario/arm/b<block>`.
+        fanout: where the arm runs go (None: here, in order).
 
     Raises:
-        ConfigError: a bad scale, scenario or analysis.
+        ConfigError: a bad scale, scenario or analysis, or Dask workers for a scenario that
+            replays on a real server (its arm runs share the server).
     """
     suite.check_scale(scale)
     scenarios = suite.load_scenarios(scale)
     analysis = suite.analysis_fn()  # fail on a bad analysis path before any work
-    total, done = total_arm_runs(scenarios), 0
+    if fanout is not None and fanout.distributed:
+        check_side_by_side(scenarios)
     out = ReplaySuiteResult(suite, scale)
     natives: dict[NativeKey, Loaded] = {}
-    for sc in scenarios:
-
-        def on_arm(r: ArmResult, sc: Scenario = sc) -> None:
-            nonlocal done
-            done += 1
-            if progress is not None:
-                progress(done, total, f"{sc.name}/{r.summary.arm}/b{r.summary.block}")
-
-        loaded = native_cohorts(sc, natives)
-        rep = report_scenario(run_scenario(sc, prefect=prefect, loaded=loaded, on_arm=on_arm))
-        out.results[sc.name] = rep.result
-        out.conformance[sc.name] = rep.conformance
-        out.metrics[sc.name] = rep.metric_tables
+    prepared = [prepare_scenario(sc, native_cohorts(sc, natives)) for sc in scenarios]
+    units = [
+        Unit(f"{p.scenario.name}/{arm.name}/b{block}", run_arm_unit,
+             (p.scenario, p.trace_set, arm, block, p.deadlines_s, prefect))
+        for p in prepared
+        for block, arm in arm_order(p.scenario)
+    ]  # fmt: skip
+    results, _ = run_units(units, fanout, progress)
+    it = iter(results)
+    for p in prepared:
+        p.results = [next(it) for _ in arm_order(p.scenario)]
+        rep = report_scenario(p)
+        out.results[p.scenario.name] = rep.result
+        out.conformance[p.scenario.name] = rep.conformance
+        out.metrics[p.scenario.name] = rep.metric_tables
     if analysis is not None:
         out.findings = list(analysis(out.results))
     return out
+
+
+def check_side_by_side(scenarios: Sequence[Scenario]) -> None:
+    """Refuse Dask workers for a suite with a scenario on a real server: its arm runs would
+    share that server at once, and each drains it first (`replay.arms.drain_engine`).
+
+    Raises:
+        ConfigError: naming the scenario and its engine.
+    """
+    for sc in scenarios:
+        if sc.engine != "sim":
+            raise ConfigError(
+                f"scenario {sc.source}: engine {sc.engine} is a real server its arm runs share; "
+                "run this suite with --workers 1 (no --dask-address)"
+            )
