@@ -75,6 +75,13 @@ from maserve_prefect.pool.constructor import (
 )
 from maserve_prefect.pool.fusion import WorkItem, coalesce, work_item
 from maserve_prefect.pool.plan_round import Round, Slots
+from maserve_prefect.pool.provision import (
+    Work,
+    constrained_gain_s,
+    copy_gain_s,
+    known_work,
+    provision_by_work,
+)
 from maserve_prefect.pool.scarce import scarce_delay_s
 from maserve_prefect.pool.snapshot import pool_snapshot
 from maserve_prefect.pool.state import ReplicaInfo
@@ -92,6 +99,7 @@ class _Candidate:
     option: LifecycleOption
     items: list[WorkItem]
     scale_out: bool  # its deployment already has a copy
+    reserve_s: float = 0.0  # what its device is worth to constrained work (`provision`)
 
 
 def _best(cands: list[_Candidate], tie_s: float) -> _Candidate:
@@ -109,6 +117,13 @@ def _best(cands: list[_Candidate], tie_s: float) -> _Candidate:
         for c in cands
         if c.scarce_s <= (overall if c.scale_out else least[c.option.deployment]) + tie_s
     ]
+    # a first copy goes where constrained work loses least (`provision.constrained_gain_s`)
+    keep: dict[str, float] = {}
+    for c in cands:
+        if not c.scale_out:
+            d = c.option.deployment
+            keep[d] = min(keep.get(d, c.reserve_s), c.reserve_s)
+    cands = [c for c in cands if c.scale_out or c.reserve_s <= keep[c.option.deployment] + tie_s]
     top = min(c.counts for c in cands)
     same = [c for c in cands if c.counts == top]
     first = min(c.done_s for c in same)
@@ -178,7 +193,16 @@ class JointPlan:
         for u, t in near:
             demand.setdefault(u.deployment, []).append(t)
         rd.window_demand = demand
-        self._lifecycle_for_ready(rd, unmet)
+        work = known_work(rd) if opts.provision else {}
+        self._lifecycle_for_ready(rd, unmet, work)
+        if opts.provision:
+            serves: dict[str, list[str]] = {}
+            for it in unmet:
+                if it.head.unit_id not in rd.unit_ends:
+                    serves.setdefault(it.deployment, []).append(it.head.unit_id)
+            for u, _ in near:
+                serves.setdefault(u.deployment, []).append(u.unit_id)
+            provision_by_work(rd, work, serves)
         # no ready action can advance: none was taken or held (ready work that no option can
         # serve does not stop a prefetch; a prefetch only takes free memory or safe victims)
         if opts.prefetch and not rd.loads and not rd.deferred:
@@ -187,13 +211,36 @@ class JointPlan:
 
     @staticmethod
     def _reuse(rd: Round, item: WorkItem) -> ReplicaInfo | None:
-        cands = [r for r in rd.state.replicas_of(item.deployment) if rd.can_accept(r, item)]
+        """The accepting replica that completes `item` first; None when none accepts, or when a
+        saturated serving copy frees a slot soon enough to complete it more than `tie_s` sooner
+        than any accepting one (Eq. 12's completion term: the item stays in the planner, and
+        the completion that frees the slot is an event that replans). Without this, a fused
+        chain of long Qwen3-8B calls went to an idle V100 copy while the A100 copy's KV was
+        full for seconds, and ran there 2-3x slower (the full pool's last session)."""
+        mine = rd.state.replicas_of(item.deployment)
+        cands = [r for r in mine if rd.can_accept(r, item)]
         if not cands:
             return None
-        return min(cands, key=lambda r: (rd.completion_on(r, item), rd.batch[r.name][0], r.name))
+        best = min(cands, key=lambda r: (rd.completion_on(r, item), rd.batch[r.name][0], r.name))
+        done = rd.completion_on(best, item)
+        model = rd.model(item.deployment)
+        for r in mine:
+            if r in cands or not r.serving or r.name in rd.leaving:
+                continue
+            ends = [a.predicted_end_s for a in r.active] + rd.ends.get(r.name, [])
+            if not ends:
+                continue
+            free = max(min(ends), rd.now)
+            n = max(rd.batch[r.name][0], 1)
+            if (
+                free + item.runtime_s(rd.costs, model, rd.gpu(r.device), n)
+                < done - rd.snap.options.tie_s
+            ):
+                return None
+        return best
 
     @staticmethod
-    def _lifecycle_for_ready(rd: Round, unmet: list[WorkItem]) -> None:
+    def _lifecycle_for_ready(rd: Round, unmet: list[WorkItem], work: dict[str, Work]) -> None:
         """Cover unmet ready demand with lifecycle actions.
 
         An option (a new copy) is a candidate only if it serves some work sooner than the
@@ -201,7 +248,11 @@ class JointPlan:
         drained) with and without it — and that gain (unit-seconds of completion) exceeds the
         delay reclaiming its victims puts on their own work still to start
         (`constructor.victim_delay_s`) and holding a device constrained demand needs
-        (`scarce.scarce_delay_s`). Work with no supply at all gains without bound.
+        (`scarce.scarce_delay_s`). Work with no supply at all gains without bound. A scale-out
+        copy (its deployment has one) is not placed where constrained work with a copy of its
+        own would gain more from a copy than this deployment's known work does
+        (`provision.constrained_gain_s` vs `provision.copy_gain_s`; with `work`, the known
+        work per deployment, empty when provisioning is off).
         """
         classes = sorted({it.head.priority for it in unmet})
         next_use = rd.snap.window.next_use_s
@@ -221,6 +272,9 @@ class JointPlan:
                         await_unloads=True,
                     )  # fmt: skip
                     if opt is None:
+                        continue
+                    copy = rd.has_copy(d)
+                    if d in work and copy and _constrained_first(rd, work, d, opt):
                         continue
                     cap = rd.batch_cap(d, dev, items)
                     new = Slots(rd.gpu(dev), (opt.ready_s,) * cap)
@@ -245,9 +299,10 @@ class JointPlan:
                     )
                     picked = [it for it, _, _ in cov]
                     left = rd.leftover_bytes(opt)
-                    cands.append(
-                        _Candidate(scarce, counts, done, left, opt, picked, rd.has_copy(d))
-                    )
+                    reserve = 0.0
+                    if d in work and not copy:
+                        reserve = constrained_gain_s(rd, work, d, dev)
+                    cands.append(_Candidate(scarce, counts, done, left, opt, picked, copy, reserve))
             if not cands:
                 break
             pick = _best(cands, tie_s)
@@ -316,6 +371,15 @@ def _demand(items: list[WorkItem], pooled: bool) -> dict[tuple[str, str], list[W
         for it in dm.items:
             out.setdefault((dm.deployment, "" if pooled else it.head.root_id), []).append(it)
     return out
+
+
+def _constrained_first(
+    rd: Round, work: dict[str, Work], deployment: str, opt: LifecycleOption
+) -> bool:
+    """Constrained work would gain more from a copy on `opt`'s device than `deployment`'s known
+    work gains from this scale-out copy (`provision`)."""
+    other = constrained_gain_s(rd, work, deployment, opt.device)
+    return other > 0.0 and other > copy_gain_s(rd, work[deployment], opt.device, opt.ready_s)
 
 
 def _scarce(rd: Round, opt: LifecycleOption, busy_until_s: float) -> float:

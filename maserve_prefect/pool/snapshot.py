@@ -40,6 +40,8 @@ class PlanOptions:
         coalesce: lifecycle demand pooled across workflows (off: the paper's per-workflow
             ablation — each root's demand is weighed and provisioned on its own, while every
             loaded replica is still shared by all workflows).
+        provision: add copies into free memory by predicted work per deployment
+            (`pool.provision`; off: copies only for unmet ready work, the earlier rule).
     """
 
     fusion: bool = True
@@ -48,6 +50,7 @@ class PlanOptions:
     prefetch_slack_s: float = 5.0
     tie_s: float = 2.0
     coalesce: bool = True
+    provision: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
