@@ -37,6 +37,13 @@ window + predictions) that commits only what can start now, and every event repl
    memory ledger and the search repeats. An option that waits for unloads under way decides
    nothing yet: its memory is held for the round, and the unloads' end is an event that
    replans.
+   With `PlanOptions.provision` (off by default), copies are then added into free memory by
+   predicted work per deployment over ready, near-ready and known future units
+   (`pool.provision`), and the A100-only demand of Qwen3-14B reserves its devices: a first
+   copy of a flexible deployment goes where constrained work loses least, a scale-out copy not
+   where constrained work gains more. On the full pool, burst, it filled all twelve GPUs at
+   t = 0 but ran the long Qwen3-8B QMSum chains on V100 copies 2-3x slower (run 0: 149.4 s vs
+   the default's run mean 138.8 s), so it is not the default.
 4. Only when no ready action can advance — no lifecycle action for ready work was taken or
    held this round — near-ready work is provisioned: the window's near-ready units and those
    this round's submits make near-ready (`window.near_ready_after`), coalesced per deployment.
@@ -211,33 +218,10 @@ class JointPlan:
 
     @staticmethod
     def _reuse(rd: Round, item: WorkItem) -> ReplicaInfo | None:
-        """The accepting replica that completes `item` first; None when none accepts, or when a
-        saturated serving copy frees a slot soon enough to complete it more than `tie_s` sooner
-        than any accepting one (Eq. 12's completion term: the item stays in the planner, and
-        the completion that frees the slot is an event that replans). Without this, a fused
-        chain of long Qwen3-8B calls went to an idle V100 copy while the A100 copy's KV was
-        full for seconds, and ran there 2-3x slower (the full pool's last session)."""
-        mine = rd.state.replicas_of(item.deployment)
-        cands = [r for r in mine if rd.can_accept(r, item)]
+        cands = [r for r in rd.state.replicas_of(item.deployment) if rd.can_accept(r, item)]
         if not cands:
             return None
-        best = min(cands, key=lambda r: (rd.completion_on(r, item), rd.batch[r.name][0], r.name))
-        done = rd.completion_on(best, item)
-        model = rd.model(item.deployment)
-        for r in mine:
-            if r in cands or not r.serving or r.name in rd.leaving:
-                continue
-            ends = [a.predicted_end_s for a in r.active] + rd.ends.get(r.name, [])
-            if not ends:
-                continue
-            free = max(min(ends), rd.now)
-            n = max(rd.batch[r.name][0], 1)
-            if (
-                free + item.runtime_s(rd.costs, model, rd.gpu(r.device), n)
-                < done - rd.snap.options.tie_s
-            ):
-                return None
-        return best
+        return min(cands, key=lambda r: (rd.completion_on(r, item), rd.batch[r.name][0], r.name))
 
     @staticmethod
     def _lifecycle_for_ready(rd: Round, unmet: list[WorkItem], work: dict[str, Work]) -> None:

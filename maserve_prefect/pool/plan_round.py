@@ -64,7 +64,6 @@ class Round:
         self.unit_ends: dict[str, float] = {}  # unit -> predicted end, this round's submits
         self.deferred: list[LifecycleOption] = []  # loads waiting for unloads under way
         self.kv_used: dict[str, int] = {}  # replica -> KV blocks its committed work holds
-        self.deferred_to: dict[str, int] = {}  # replica -> ready items left to wait for its slots
         # deployment -> releases of its unplaced ready and near-ready units (set by the plan)
         self.window_demand: dict[str, list[float]] = {}
         for r in self.state.replicas:

@@ -110,7 +110,7 @@ def fluid_end_s(copies: Sequence[tuple[float, float]], releases: Sequence[float]
     step = max(n // _QUANTILES, 1)
     best = 0.0
     for k in range(0, n, step):
-        t0, left = releases[k], n - k
+        t0, left = releases[k], float(n - k)
         # copies in order of when they are free; drain `left` units from t0
         cs = sorted((max(a, t0), mu) for a, mu in copies)
         rate, t = 0.0, t0

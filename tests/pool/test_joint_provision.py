@@ -40,15 +40,7 @@ def _chains(n: int, model: str = "Qwen3-4B", length: int = 3) -> list[RootDag]:
         root = f"r{i}"
         ids = [f"{root}/{k}" for k in range(length)]
         units = tuple(
-            WorkUnit(
-                ids[k],
-                root,
-                model,
-                600,
-                300,
-                (ids[k - 1],) if k else (),
-                (ids[k + 1],) if k + 1 < length else (),
-            )  # fmt: skip
+            WorkUnit(ids[k], root, model, 600, 300, _prev(ids, k), _next(ids, k))
             for k in range(length)
         )
         out.append(RootDag(root, 0.0, units, "chain"))
@@ -62,8 +54,8 @@ def test_a_second_copy_for_known_future_work_shortens_a_cold_burst() -> None:
     the batch and the run ends sooner."""
     wfs = _chains(120)
     devices = ["A100-40GB:0", "A100-40GB:1"]
-    old = run_pool(wfs, devices, "joint", options=ExecOptions(provision=False))
-    new = run_pool(wfs, devices, "joint")
+    old = run_pool(wfs, devices, "joint")
+    new = run_pool(wfs, devices, "joint", options=ExecOptions(provision=True))
     assert old.summary()["num_loads"] == 1
     loads = [e for e in new.lifecycle if e.action == "load"]
     assert sorted(e.device for e in loads) == devices and all(e.start_s == 0.0 for e in loads)
@@ -99,12 +91,13 @@ def test_flexible_work_takes_the_device_constrained_work_cannot_use() -> None:
     units = [make_unit(f"f{i}", "Qwen3-4B", f"f{i}", n_in=600, n_out=300) for i in range(80)]
     units += [make_unit(f"c{i}", "Qwen3-14B", f"c{i}", n_in=600, n_out=300) for i in range(60)]
     status = {u.unit_id: R for u in units}
-    d = JOINT.plan(make_pool_snapshot(state, units, status))
+    on = PlanOptions(provision=True)
+    d = JOINT.plan(make_pool_snapshot(state, units, status, options=on))
     assert sorted((x.deployment, x.device) for x in d.loads) == [
         ("Qwen3-14B", "A100-40GB:1"),
         ("Qwen3-4B", "V100-32GB:1"),
     ]
-    off = JOINT.plan(make_pool_snapshot(state, units, status, options=PlanOptions(provision=False)))
+    off = JOINT.plan(make_pool_snapshot(state, units, status))
     assert ("Qwen3-4B", "A100-40GB:1") in [(x.deployment, x.device) for x in off.loads]
     assert "Qwen3-14B" not in [x.deployment for x in off.loads]
 
@@ -115,7 +108,8 @@ def test_no_copy_when_the_existing_ones_drain_the_work_before_a_load_ends() -> N
     state = make_pool(["A100-40GB:0", "A100-40GB:1"], make_replica("m4", "Qwen3-4B"), now=5.0)
     units = [make_unit(f"u{i}", "Qwen3-4B", f"r{i}") for i in range(6)]
     status = {u.unit_id: UnitStatus.READY for u in units}
-    d = JOINT.plan(make_pool_snapshot(state, units, status))
+    on = PlanOptions(provision=True)
+    d = JOINT.plan(make_pool_snapshot(state, units, status, options=on))
     assert d.loads == () and len(d.submits) == 6
 
 
