@@ -42,8 +42,8 @@ window + predictions) that commits only what can start now, and every event repl
    (`pool.provision`), and the A100-only demand of Qwen3-14B reserves its devices: a first
    copy of a flexible deployment goes where constrained work loses least, a scale-out copy not
    where constrained work gains more. On the full pool, burst, it filled all twelve GPUs at
-   t = 0 but ran the long Qwen3-8B QMSum chains on V100 copies 2-3x slower (run 0: 149.4 s vs
-   the default's run mean 138.8 s), so it is not the default.
+   t = 0 but ran the long Qwen3-8B QMSum chains on V100 copies 2-3x slower: makespan 149.4 s
+   vs 138.8 s without it (p95 113.8 vs 117.0 s; 5 runs), so it is not the default.
 4. Only when no ready action can advance — no lifecycle action for ready work was taken or
    held this round — near-ready work is provisioned: the window's near-ready units and those
    this round's submits make near-ready (`window.near_ready_after`), coalesced per deployment.
