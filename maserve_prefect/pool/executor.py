@@ -130,6 +130,7 @@ class _PoolRun:
             options.prefetch_slack_s,
             options.tie_s,
             options.coalesce,
+            options.provision,
         )
         self.control = PoolController(self.pool, clock, self.deps, costs, plan_opts)
         units = [op.unit for op in self.ops.values()]

@@ -55,6 +55,8 @@ class ExecOptions:
         fusion / prefetch: passed to the plan (`PlanOptions`); ablations switch them off.
         coalesce: False = per-workflow lifecycle (each root's demand weighed on its own; loaded
             replicas still shared, as the paper's ablation).
+        provision: passed to the plan (`PlanOptions`): copies by predicted work per
+            deployment into free memory (`pool.provision`; off by default, see `PlanOptions`).
         gpu_memory_utilization: vLLM's flag for the default deployments (module docstring).
         kv_cache_bytes: None = each default deployment's KV from `gpu_memory_utilization`;
             a size = co-location: that much pre-allocated KV per replica instead (also what the
@@ -71,6 +73,7 @@ class ExecOptions:
     fusion: bool = True
     prefetch: bool = True
     coalesce: bool = True
+    provision: bool = False
     gpu_memory_utilization: float = 0.9
     kv_cache_bytes: int | None = None
     aging_s: float = 30.0

@@ -40,6 +40,9 @@ class PlanOptions:
         coalesce: lifecycle demand pooled across workflows (off: the paper's per-workflow
             ablation — each root's demand is weighed and provisioned on its own, while every
             loaded replica is still shared by all workflows).
+        provision: add copies into free memory by predicted work per deployment
+            (`pool.provision`); off by default: on the full pool, burst, it made the joint
+            plan slower (Qwen3-8B copies on V100s ran the long QMSum chains 2-3x slower).
     """
 
     fusion: bool = True
@@ -48,6 +51,7 @@ class PlanOptions:
     prefetch_slack_s: float = 5.0
     tie_s: float = 2.0
     coalesce: bool = True
+    provision: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

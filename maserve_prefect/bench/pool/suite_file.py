@@ -71,11 +71,16 @@ class ArmSpec(FrozenModel):
     fusion: bool = True
     prefetch: bool = True
     coalesce: bool = True
+    provision: bool = False
 
     def options(self, sizing: ReplicaSizing | None = None) -> ExecOptions:
         base = (sizing or ReplicaSizing()).options()
         return dataclasses.replace(
-            base, fusion=self.fusion, prefetch=self.prefetch, coalesce=self.coalesce
+            base,
+            fusion=self.fusion,
+            prefetch=self.prefetch,
+            coalesce=self.coalesce,
+            provision=self.provision,
         )
 
 
