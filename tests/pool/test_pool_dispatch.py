@@ -53,21 +53,23 @@ def digest(res: PoolRunResult) -> str:
 # again for parrot when it gained Parrot's dependent-request chaining (issue 15: its chained
 # units now run under a grant of their producer's replica; same makespans, other chain labels
 # and grant bookkeeping). Kairos's KV best-fit and the shared scale-out rule choose as before
-# on this work, so kairos kept its digests.
+# on this work, so kairos kept its digests. All re-recorded when the simulator's step-time model
+# changed (issue 17 fidelity: L2-resident elementwise bytes, GEMM tile padding, prefill / decode
+# desynchronisation; sim_result_hash fa9e41b5… → 1bc513ec…): every op's service time moved.
 BEFORE = {
-    "joint": "344733a6f05eb899",
-    "pool-fcfs": "256302bd4d8060e3",
-    "parrot": "d10e1f6994ec1013",
-    "kairos": "4a8ad02d7054331a",
+    "joint": "3239b95730d9ecb4",
+    "pool-fcfs": "a71d2765b0558784",
+    "parrot": "3d538d3a8ec58cb7",
+    "kairos": "acc181a625a900fa",
 }
 # The same runs at the default sizing: one vLLM replica per GPU at 0.9 (issue 15). Joint's was
 # re-recorded when the scarce-device term began to choose where a first copy goes and to keep
 # scale-out copies off scarce devices, instead of ranking every option by it first.
 ONE_PER_GPU = {
-    "joint": "e2b4408568e400aa",
-    "pool-fcfs": "05d4eed3804a0e02",
-    "parrot": "92330704dca478e1",
-    "kairos": "e5e7495479acf2df",
+    "joint": "c58701ddd60ba66d",
+    "pool-fcfs": "c069c744e52aede0",
+    "parrot": "c3dc35e353417b25",
+    "kairos": "43d3a76f3eeee5bd",
 }
 
 
