@@ -49,6 +49,23 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True)
 
+
+WorkersOption = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Run the suite's units (arm runs, pool runs, HEAR arms) on a local Dask cluster "
+        "of this many worker processes (1: in this process, in order).",
+    ),
+]
+DaskAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Run the units on this existing Dask scheduler (tcp://HOST:8786) instead; its "
+        "workers need maserve-prefect installed and reach the Prefect API.",
+    ),
+]
+
 DEFAULT_SUITES = Path("deployments/suites")
 
 
@@ -113,21 +130,8 @@ def run_cmd(
             "--allow-failures", help="Exit 0 even when a replay arm run failed its work checks."
         ),
     ] = False,
-    workers: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Run the suite's units (arm runs, pool runs, HEAR arms) on a local Dask cluster "
-            "of this many worker processes (1: in this process, in order).",
-        ),
-    ] = 1,
-    dask_address: Annotated[
-        str | None,
-        typer.Option(
-            help="Run the units on this existing Dask scheduler (tcp://HOST:8786) instead; its "
-            "workers need maserve-prefect installed and reach the Prefect API.",
-        ),
-    ] = None,
+    workers: WorkersOption = 1,
+    dask_address: DaskAddressOption = None,
 ) -> None:
     """Run a benchmark suite of any kind now and print its tables."""
     from maserve_prefect.bench.fanout import Fanout
@@ -192,21 +196,8 @@ def serve_cmd(
     schedule_every_s: Annotated[
         float, typer.Option(help="How often upcoming runs are scheduled (seconds).", min=0.5)
     ] = 10.0,
-    workers: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Run the suite's units (arm runs, pool runs, HEAR arms) on a local Dask cluster "
-            "of this many worker processes (1: in this process, in order).",
-        ),
-    ] = 1,
-    dask_address: Annotated[
-        str | None,
-        typer.Option(
-            help="Run the units on this existing Dask scheduler (tcp://HOST:8786) instead; its "
-            "workers need maserve-prefect installed and reach the Prefect API.",
-        ),
-    ] = None,
+    workers: WorkersOption = 1,
+    dask_address: DaskAddressOption = None,
 ) -> None:
     """Serve every scheduled suite, of any kind, as a Prefect deployment (blocks; Ctrl-C stops)."""
     from maserve_prefect import prefect_server
