@@ -91,7 +91,7 @@ def control_workflow(until_on: str = "report.verdict") -> Workflow:
         for name, role in _WORKERS.items()
     )
     text = _SPEC.format(workers=workers, iterations=MAX_ITERATIONS, until_on=until_on)
-    return Workflow("compose_control", spec_from_yaml(text), "code")  # accepts 0.5 at round 1
+    return Workflow("compose_control", spec_from_yaml(text), "finance")  # accepts 0.5 at round 1
 
 
 Edge = tuple[str, str]
@@ -139,7 +139,7 @@ def _instance(name: str, iteration: int) -> str:
     return f"{name}#{iteration}" if iteration else name
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("seed", [2, 5])  # seeds whose loop revises (finance binding)
 def test_every_decision_gates_exactly_the_ops_it_released(seed: int) -> None:
     run = run_native(control_workflow(), users=1, seed=seed)
     assert [r.error for r in run.roots] == [None]
@@ -175,7 +175,7 @@ def test_every_decision_gates_exactly_the_ops_it_released(seed: int) -> None:
 def test_a_repeat_that_runs_out_of_iterations_gates_only_its_next_iterations() -> None:
     """Until `note.answer` (never "accept"): each next iteration waits for the latest fix (the
     op the condition read, when one has run), and nothing after the repeat waits for it."""
-    run = run_native(control_workflow(until_on="note.answer"), users=1, seed=4)
+    run = run_native(control_workflow(until_on="note.answer"), users=1, seed=2)
     assert [r.error for r in run.roots] == [None]
     trace = run.trace
     ran = {_local(op.stage_id) for op in trace.ops}
