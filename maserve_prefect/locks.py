@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from maserve_prefect.errors import ConfigError
-from maserve_prefect.settings import private_dir
+from maserve_prefect.settings import private_dir, private_file
 
 __all__ = ["LockTimeoutError", "exclusive", "pid_alive"]
 
@@ -48,7 +48,7 @@ def exclusive(path: Path, *, wait_s: float, what: str) -> Iterator[None]:
     Raises:
         LockTimeoutError: another process held it for `wait_s`.
     """
-    private_dir(path.parent)
+    private_file(private_dir(path.parent) / path.name)  # owner only, like what it guards
     with path.open("a") as fh:
         deadline = time.monotonic() + wait_s
         while True:
