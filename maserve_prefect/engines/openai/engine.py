@@ -348,6 +348,7 @@ class OpenAIEngine:
             kv_events=info.kv_events,
             sleep_levels=(),
             modes=("default",),
+            max_model_len=info.max_model_len,  # outputs drawn by a content model are capped to it
         )
 
     def hear_capabilities(self) -> HearCapabilities:
