@@ -21,10 +21,10 @@ from maserve_prefect.engines.vllm.server import VLLMServer
 from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
 from maserve_prefect.engines.vllm.venv import build_tiny_model
 
-KV_CACHE = "40M"
-"""40 MiB of KV cache = 160 blocks of 128 tokens of the tiny model (2 KiB per token): one
-request of the full 16,384-token context (vLLM requires that much), and small enough that a
-handful of the bindings' paper-length requests preempt each other."""
+KV_CACHE = "80M"
+"""80 MiB of KV cache = 320 blocks of 128 tokens of the tiny model (2 KiB per token): one
+request of the full 32,768-token context (the model's positions; vLLM requires that much), and
+small enough that a handful of the bindings' paper-length requests preempt each other."""
 
 MAX_NUM_SEQS = 8
 
@@ -65,7 +65,7 @@ def server_config(model: Path, **overrides: object) -> VLLMServerConfig:
     base: dict[str, object] = {
         "model_path": model,
         "served_model_name": "tiny",
-        "max_model_len": 16384,  # paper-length outputs (App. G.5: ~2,600 tokens a call) fit
+        "max_model_len": 32768,  # paper-length outputs (App. G.5: ~2,600 tokens a call) fit
         "kv_cache_memory_bytes": KV_CACHE,
         "scheduling_policy": "priority",
         "max_num_seqs": MAX_NUM_SEQS,
