@@ -26,6 +26,12 @@ KV_CACHE = "80M"
 request of the full 32,768-token context (the model's positions; vLLM requires that much), and
 small enough that a handful of the bindings' paper-length requests preempt each other."""
 
+KV_BLOCKS = 320
+"""Blocks in `KV_CACHE` (vLLM CPU's block is 128 tokens): the tests that must preempt size their
+load from this, so a change of `KV_CACHE` keeps them preempting."""
+
+BLOCK_TOKENS = 128
+
 MAX_NUM_SEQS = 8
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import server_config
+from conftest import BLOCK_TOKENS, KV_BLOCKS, MAX_NUM_SEQS, server_config
 
 from maserve_prefect.engines.openai.engine import OpenAIEngine
 from maserve_prefect.engines.openai.kv_decode import BlockStored
@@ -211,15 +212,19 @@ def test_metrics_scraper_sees_kv_usage_and_preemptions(
     )
     with scraper:
         scraper.scrape_once()
-        # 16 requests of 3,000 tokens (24 KV blocks each); the cache holds 64, so two fit whole
-        # and the rest preempt. The load lasts long enough (~15 s here) for several scrapes to
-        # land inside it: /metrics answers slowly (seconds) while the API server streams.
+        # MAX_NUM_SEQS requests run at once, each growing to a fifth more than its share of the
+        # cache, so the running batch outgrows it and vLLM preempts (it did not when the cache was
+        # raised to 80 MiB under a fixed 3,000-token load: 8 x 24 blocks fit in 320). Decode is the
+        # slow part on CPU, so the size is in the prompt. The load lasts long enough for several
+        # scrapes to land inside it: /metrics answers slowly (seconds) while the API server streams.
+        per_request = math.ceil(1.2 * KV_BLOCKS * BLOCK_TOKENS / MAX_NUM_SEQS)
+        decode = 1200
         tickets = [
             engine.submit(
-                Request(f"big{i}", "tiny", prompt_token_ids=_ids(1500, 500 + i), max_tokens=1500,
-                        min_tokens=1500)
+                Request(f"big{i}", "tiny", prompt_token_ids=_ids(per_request - decode, 500 + i),
+                        max_tokens=decode, min_tokens=decode)
             )
-            for i in range(16)
+            for i in range(MAX_NUM_SEQS + 2)
         ]  # fmt: skip
         outs = [engine.wait(t, timeout_s=600) for t in tickets]
         scraper.scrape_once()
