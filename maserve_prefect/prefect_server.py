@@ -294,16 +294,21 @@ def connected(info: ServerInfo) -> Iterator[ServerInfo]:
 def recording_api() -> Iterator[None]:
     """An API to record native runs on for the duration of the block: the configured one (a
     test harness, `PREFECT_API_URL`), else the managed local server (`ensure_server`), with the
-    Prefect client's retries raised to `RECORDING_MAX_RETRIES` for the block.
+    Prefect client's patience raised for the block: at least `RECORDING_MAX_RETRIES` retries and
+    a `RECORDING_REQUEST_TIMEOUT_S` request timeout.
 
     Without the managed server, a library caller with no API configured gets Prefect's ephemeral
     servers: one `replay.arms.run_scenario` call on native cohorts was seen holding 85 of them
     (11.7 GB). Without the retries, a native run that creates a burst of root flow runs (64–216
     at once) got `503 Service Unavailable` from the local SQLite-backed server for some of them
-    after the client's default 5 retries (2 + 4 + … + 32 s of back-off).
+    after the client's default 5 retries (2 + 4 + … + 32 s of back-off). Without the longer
+    timeout, 14 of 1,000 roots released at once (`benchmarks/load_held.py roots --users 1000
+    --postgres`) failed with `ReadTimeout` after every retry: a request the busy server had
+    queued for more than Prefect's default 60 s was abandoned and sent again, adding to the very
+    queue that delayed it.
     """
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_client_retries(RECORDING_MAX_RETRIES))
+        stack.enter_context(_client_patience(RECORDING_MAX_RETRIES, RECORDING_REQUEST_TIMEOUT_S))
         if configured_api_url() is None:
             stack.enter_context(connected(ensure_server()))
         yield
@@ -313,24 +318,36 @@ RECORDING_MAX_RETRIES = 8
 """Prefect client retries while recording native runs (exponential back-off 2^n s: up to ~8.5
 min for one request), against bursts of flow-run creations on the local server."""
 
+RECORDING_REQUEST_TIMEOUT_S = 300.0
+"""Prefect client request timeout while recording native runs (Prefect's default: 60 s)."""
+
 
 @contextlib.contextmanager
-def _client_retries(n: int) -> Iterator[None]:
-    """`PREFECT_CLIENT_MAX_RETRIES` at least `n` for the block (environment and active settings,
-    as `connected` does for the URL, so root threads started inside see it too)."""
-    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+def _client_patience(retries: int, timeout_s: float) -> Iterator[None]:
+    """`PREFECT_CLIENT_MAX_RETRIES` at least `retries` and `PREFECT_API_REQUEST_TIMEOUT` at least
+    `timeout_s` for the block (environment and active settings, as `connected` does for the URL,
+    so root threads started inside see them too)."""
+    from prefect.settings import (
+        PREFECT_API_REQUEST_TIMEOUT,
+        PREFECT_CLIENT_MAX_RETRIES,
+        temporary_settings,
+    )
 
-    value = max(n, int(PREFECT_CLIENT_MAX_RETRIES.value()))
-    old = os.environ.get("PREFECT_CLIENT_MAX_RETRIES")
-    os.environ["PREFECT_CLIENT_MAX_RETRIES"] = str(value)
+    values: dict[Any, Any] = {
+        PREFECT_CLIENT_MAX_RETRIES: max(retries, int(PREFECT_CLIENT_MAX_RETRIES.value())),
+        PREFECT_API_REQUEST_TIMEOUT: max(timeout_s, float(PREFECT_API_REQUEST_TIMEOUT.value())),
+    }
+    old = {setting.name: os.environ.get(setting.name) for setting in values}
+    os.environ.update({setting.name: str(value) for setting, value in values.items()})
     try:
-        with temporary_settings(updates={PREFECT_CLIENT_MAX_RETRIES: value}):
+        with temporary_settings(updates=values):
             yield
     finally:
-        if old is None:
-            os.environ.pop("PREFECT_CLIENT_MAX_RETRIES", None)
-        else:
-            os.environ["PREFECT_CLIENT_MAX_RETRIES"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # ---- helpers ------------------------------------------------------------------------------

@@ -144,6 +144,7 @@ def test_recording_api_keeps_a_configured_api_else_connects_the_managed_server(
         assert started == []
     monkeypatch.setattr(prefect_server, "configured_api_url", lambda: None)
     before = os.environ.get("PREFECT_CLIENT_MAX_RETRIES")
+    before_timeout = os.environ.get("PREFECT_API_REQUEST_TIMEOUT")
     with prefect_server.recording_api():
         assert started == ["managed"]
         assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:9/api"
@@ -152,4 +153,10 @@ def test_recording_api_keeps_a_configured_api_else_connects_the_managed_server(
 
         assert PREFECT_CLIENT_MAX_RETRIES.value() == prefect_server.RECORDING_MAX_RETRIES
         assert os.environ["PREFECT_CLIENT_MAX_RETRIES"] == str(prefect_server.RECORDING_MAX_RETRIES)
+        # ... and a longer request timeout than Prefect's 60 s (a queued request is not resent).
+        from prefect.settings import PREFECT_API_REQUEST_TIMEOUT
+
+        assert PREFECT_API_REQUEST_TIMEOUT.value() == prefect_server.RECORDING_REQUEST_TIMEOUT_S
+        assert float(os.environ["PREFECT_API_REQUEST_TIMEOUT"]) == 300.0
     assert os.environ.get("PREFECT_CLIENT_MAX_RETRIES") == before
+    assert os.environ.get("PREFECT_API_REQUEST_TIMEOUT") == before_timeout
