@@ -1,4 +1,5 @@
-"""`maserve trace ...` commands: import a Mooncake trace into a bundle, print a bundle's stats.
+"""`maserve trace ...` commands: import a Mooncake trace into a bundle, print a bundle's stats,
+export a run (or as AIPerf inputs), import AIPerf's per-request records into the ledger.
 
 The one idea: commands are thin — parse options, call the library (`trace.mooncake`,
 `trace.bundle`, `metrics.graph`), render with rich. Every `MaserveError` becomes a one-line red
@@ -8,9 +9,14 @@ message on stderr and exit code 1, never a traceback.
 (`MASERVE_HOME` defaults to `~/.maserve`, see `maserve_prefect.settings`), so imported traces sit
 beside the ledger and CAS of the same installation.
 
+`export --aiperf DIR` and `import-aiperf` are thin over `interop.aiperf_export` and
+`interop.aiperf_import` (their docstrings say what maps and what does not).
+
 Examples:
     maserve trace import-mooncake ../shared/data/traces/mooncake_synthetic_trace.jsonl --out out/mc
     maserve trace stats out/mc
+    maserve trace export --bundle out/mc --aiperf out/mc-aiperf
+    maserve trace import-aiperf artifacts/run1/profile_export.jsonl --schedule out/mc-aiperf --slo 2
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, insert
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import IntegrityError as DBIntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, SQLModel, col, select
 
 from maserve_prefect.errors import IntegrityError, TraceNotFoundError, TraceValidationError
 from maserve_prefect.trace.cas import BlobStore, ContentStore
@@ -407,8 +407,8 @@ class Ledger:
                     finished_at=now if status.is_finished else None,
                 )
             )
-            session.flush()  # no ORM relationships: insert the parent rows first, by hand
-            session.add_all(
+            session.flush()  # the other tables' rows reference the run row: insert it first
+            rows: list[SQLModel] = [
                 RootRow(
                     trace_id=tid,
                     root_id=r.root_id,
@@ -417,9 +417,8 @@ class Ledger:
                     record_json=r.to_json_line(),
                 )
                 for r in trace.roots
-            )
-            session.flush()
-            session.add_all(
+            ]
+            rows += [
                 StageRow(
                     trace_id=tid,
                     stage_id=s.stage_id,
@@ -428,8 +427,8 @@ class Ledger:
                     record_json=s.to_json_line(),
                 )
                 for s in trace.stages
-            )
-            session.add_all(
+            ]
+            rows += [
                 SessionRow(
                     trace_id=tid,
                     session_id=s.session_id,
@@ -438,11 +437,14 @@ class Ledger:
                     record_json=s.to_json_line(),
                 )
                 for s in trace.sessions
-            )
-            session.flush()
+            ]
             for op in trace.ops:
-                session.add_all(op_rows(tid, op))
-                session.flush()
+                rows += op_rows(tid, op)
+            by_table: dict[type[SQLModel], list[dict[str, object]]] = {}
+            for row in rows:  # bulk inserts, one per table, in record order
+                by_table.setdefault(type(row), []).append(row.model_dump(exclude={"id"}))
+            for table, values in by_table.items():
+                session.connection().execute(insert(table), values)
 
     def append_samples(self, trace_id: str, samples: Iterable[SampleLike]) -> int:
         """Append engine-state samples in one transaction (a bulk insert); return the count.

@@ -419,3 +419,20 @@ def test_export_refuses_negative_times() -> None:
     early = trace.ops[0].model_copy(update={"times": OpTimes(submitted_s=-0.5, completed_s=0.1)})
     with pytest.raises(TraceValidationError, match="before time 0"):
         plan_aiperf_export(trace.model_copy(update={"ops": [early, *trace.ops[1:]]}))
+
+
+def test_export_from_the_ledger_equals_export_from_the_bundle(
+    exported: Path, tmp_path: Path
+) -> None:
+    url = _ledger_url(tmp_path)
+    with Ledger(url, MemoryStore()) as ledger:
+        ledger.record_trace(source_trace())
+    out = tmp_path / "from_ledger"
+    args = ["export", "--run", "src", "--ledger", url, "--aiperf", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for name in (REQUESTS_FILE, SESSIONS_FILE, MAP_FILE):
+        assert (out / name).read_text() == (exported / name).read_text()
+    again = runner.invoke(app, args)  # an existing, non-empty folder is refused...
+    assert again.exit_code == 1 and "--force" in again.output
+    assert runner.invoke(app, [*args, "--force"]).exit_code == 0  # ...unless --force
