@@ -280,6 +280,10 @@ def export_cmd(
     the manifest noting it is partial (Prefect never finished those flow runs). With
     `--aiperf DIR` the trace is written as AIPerf inputs instead (see `interop.aiperf_export`)."""
     if aiperf is not None or bundle is not None:
+        if out is not None:
+            _fail(
+                "--out names a bundle folder; with --aiperf the folder is --aiperf's, so drop --out"
+            )
         _export_aiperf(aiperf, bundle, run, flow_run, ledger_url, force)
         return
     from maserve_prefect import prefect_server

@@ -19,9 +19,10 @@ Used here: `request_start_ns` / `request_end_ns` (epoch ns), `time_to_first_toke
 runs; its unit converted to ns and rounded, which recovers AIPerf's integer-ns difference),
 `input_sequence_length` and `output_sequence_length` (else `output_token_count`), `error_isl`
 (a failed request's prompt length), `conversation_id` (the dataset conversation: with
-`maserve trace export --aiperf`, the op or root id), `x_correlation_id` (the session instance)
-and `turn_index`. Fields not named here are ignored; records of a phase other than
-`profiling` (warm-up) are counted and skipped by the importer.
+`maserve trace export --aiperf`, the op or root id; AIPerf's schema allows null, and then
+`x_correlation_id`, else `x_request_id`, stands in), `x_correlation_id` (the session instance)
+and `turn_index` (null read as 0). Fields not named here are ignored; records of a phase other
+than `profiling` (warm-up) are counted and skipped by the importer.
 
 Examples:
     >>> rec = parse_record(b'{"metadata": {"conversation_id": "c", "turn_index": 0,'
@@ -170,10 +171,20 @@ def parse_record(raw: bytes, line: int) -> AiperfRecord:
         raise BadRecord(f"metadata.was_cancelled must be true or false, got {cancelled!r}")
     if cancelled and error is None:
         error = "cancelled"
-    conv = meta.get("conversation_id")
-    if not isinstance(conv, str) or not conv:
-        raise BadRecord(f"metadata.conversation_id must be a non-empty string, got {conv!r}")
-    turn = _int(meta.get("turn_index"), "metadata.turn_index")
+    ids = {k: meta.get(k) for k in ("conversation_id", "x_correlation_id", "x_request_id")}
+    for key, value in ids.items():
+        if value is not None and (not isinstance(value, str) or not value):
+            raise BadRecord(f"metadata.{key} must be a non-empty string or null, got {value!r}")
+    # AIPerf's schema allows a null conversation_id (no dataset conversation): the session
+    # instance, else the request, names it then.
+    conv = next((v for v in ids.values() if v is not None), None)
+    if conv is None:
+        raise BadRecord(
+            "metadata has no conversation_id, x_correlation_id or x_request_id: nothing names "
+            "the request"
+        )
+    raw_turn = meta.get("turn_index")
+    turn = 0 if raw_turn is None else _int(raw_turn, "metadata.turn_index")
     start = _int(meta.get("request_start_ns"), "metadata.request_start_ns")
     raw_end = meta.get("request_end_ns")
     # A failed request may have recorded no end.
@@ -204,13 +215,12 @@ def parse_record(raw: bytes, line: int) -> AiperfRecord:
         isl = _tokens(metrics, "input_sequence_length", "error_isl")
         osl = _tokens(metrics, "output_sequence_length", "output_token_count")
     phase = meta.get("benchmark_phase") or PROFILING
-    corr, req = meta.get("x_correlation_id"), meta.get("x_request_id")
     return AiperfRecord(
         line=line,
         conversation_id=conv,
-        correlation_id=corr if isinstance(corr, str) and corr else None,
+        correlation_id=ids["x_correlation_id"],
         turn_index=turn,
-        request_id=req if isinstance(req, str) and req else None,
+        request_id=ids["x_request_id"],
         phase=str(phase),
         start_ns=start,
         end_ns=end,

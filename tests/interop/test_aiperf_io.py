@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from maserve_prefect.cli.trace_cmd import app
-from maserve_prefect.errors import TraceValidationError
+from maserve_prefect.errors import TraceImportError, TraceValidationError
 from maserve_prefect.interop.aiperf_export import (
     MAP_FILE,
     README_FILE,
@@ -359,6 +359,8 @@ BAD = [
     ("bad unit", ("metrics.time_to_first_token.unit", "fortnights"), "has unit 'fortnights'"),
     ("fractional tokens", ("metrics.output_sequence_length.value", 2.5), "whole number of tokens"),
     ("unknown conversation", ("metadata.conversation_id", "nope"), "is not in the schedule map"),
+    ("conversation id a number", ("metadata.conversation_id", 7), "non-empty string or null"),
+    ("turn negative", ("metadata.turn_index", -1), "turn_index must be >= 0"),
 ]
 
 
@@ -436,3 +438,15 @@ def test_export_from_the_ledger_equals_export_from_the_bundle(
     again = runner.invoke(app, args)  # an existing, non-empty folder is refused...
     assert again.exit_code == 1 and "--force" in again.output
     assert runner.invoke(app, [*args, "--force"]).exit_code == 0  # ...unless --force
+
+
+def test_null_conversation_id_falls_back_to_the_session_instance(tmp_path: Path) -> None:
+    a = _model("x", "x", 1.0, 1.1, 1.5, 100, 10)
+    rec = record("ignored", 0, BASE_NS + 1_000_000_000, a, corr="sess-9")
+    rec["metadata"].update(conversation_id=None, turn_index=None)
+    no_ids = json.loads(json.dumps(rec))
+    no_ids["metadata"].update(x_correlation_id=None, x_request_id=None)
+    got = import_aiperf(write_records(tmp_path / "p.jsonl", [rec])).trace
+    assert [o.op_id for o in got.ops] == ["sess-9/turn0"]
+    with pytest.raises(TraceImportError, match=r"p2.jsonl:1: metadata has no conversation_id"):
+        import_aiperf(write_records(tmp_path / "p2.jsonl", [no_ids]))
