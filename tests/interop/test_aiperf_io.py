@@ -450,3 +450,30 @@ def test_null_conversation_id_falls_back_to_the_session_instance(tmp_path: Path)
     assert [o.op_id for o in got.ops] == ["sess-9/turn0"]
     with pytest.raises(TraceImportError, match=r"p2.jsonl:1: metadata has no conversation_id"):
         import_aiperf(write_records(tmp_path / "p2.jsonl", [no_ids]))
+
+
+def test_simulator_times_off_the_ns_grid_come_back_to_the_nanosecond(tmp_path: Path) -> None:
+    """A virtual clock's times are arbitrary floats: AIPerf records whole nanoseconds, so the
+    round trip returns each time rounded to the nanosecond, exactly."""
+    ops = [
+        _model(f"q{i}/op0", f"q{i}", sub, sub + 0.0123456789123, sub + 0.4567891234567, 90, 7)
+        for i, sub in enumerate((0.1234567890123, 1.0 / 3.0, 2.718281828459045))
+    ]
+    roots = [RootRecord(root_id=o.root_id, arrival_s=o.times.submitted_s or 0.0) for o in ops]
+    trace = Trace(manifest=Manifest(trace_id="sim"), roots=roots, ops=ops)
+    bundle = export_bundle(trace, MemoryStore(), tmp_path / "b")
+    out = tmp_path / "in"
+    assert (
+        runner.invoke(app, ["export", "--bundle", str(bundle), "--aiperf", str(out)]).exit_code == 0
+    )
+    src = trace.op_index()
+    recs = [
+        record(r["session_id"], 0, BASE_NS + round(r["timestamp"] * 1e6), src[r["session_id"]])
+        for r in read_jsonl(out / REQUESTS_FILE)
+    ]
+    got = import_aiperf(write_records(tmp_path / "p.jsonl", recs), schedule=out).trace
+    for op in got.ops:
+        s, t = src[op.op_id].times, op.times
+        for name in ("submitted_s", "first_token_s", "completed_s"):
+            want = getattr(s, name)
+            assert getattr(t, name) == round(want * 1e9) / 1e9, (op.op_id, name)
