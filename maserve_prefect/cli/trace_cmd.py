@@ -1,4 +1,5 @@
-"""`maserve trace ...` commands: import a Mooncake trace into a bundle, print a bundle's stats.
+"""`maserve trace ...` commands: import a Mooncake trace into a bundle, print a bundle's stats,
+export a run (or as AIPerf inputs), import AIPerf's per-request records into the ledger.
 
 The one idea: commands are thin — parse options, call the library (`trace.mooncake`,
 `trace.bundle`, `metrics.graph`), render with rich. Every `MaserveError` becomes a one-line red
@@ -8,9 +9,14 @@ message on stderr and exit code 1, never a traceback.
 (`MASERVE_HOME` defaults to `~/.maserve`, see `maserve_prefect.settings`), so imported traces sit
 beside the ledger and CAS of the same installation.
 
+`export --aiperf DIR` and `import-aiperf` are thin over `interop.aiperf_export` and
+`interop.aiperf_import` (their docstrings say what maps and what does not).
+
 Examples:
     maserve trace import-mooncake ../shared/data/traces/mooncake_synthetic_trace.jsonl --out out/mc
     maserve trace stats out/mc
+    maserve trace export --bundle out/mc --aiperf out/mc-aiperf
+    maserve trace import-aiperf artifacts/run1/profile_export.jsonl --schedule out/mc-aiperf --slo 2
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ from maserve_prefect.errors import ConfigError, MaserveError
 from maserve_prefect.trace.model import Trace
 
 if TYPE_CHECKING:
+    from maserve_prefect.interop.aiperf_import import AiperfImport
     from maserve_prefect.metrics.graph import GraphStats
+    from maserve_prefect.metrics.path import RootPath
+    from maserve_prefect.metrics.slo import ClassAttainment
+    from maserve_prefect.metrics.task import RootLatency
     from maserve_prefect.trace.ledger import Ledger
     from maserve_prefect.trace.mooncake import RejectedRow
 
@@ -250,11 +260,32 @@ def export_cmd(
             "for a cancelled or crashed run).",
         ),
     ] = False,
+    aiperf: Annotated[
+        Path | None,
+        typer.Option(
+            "--aiperf",
+            help="Write the trace as AIPerf inputs (mooncake_trace JSONL, sessions, map, "
+            "README.txt with the aiperf command) into this folder instead of a bundle; reads "
+            "the ledger (or --bundle), not Prefect.",
+        ),
+    ] = None,
+    bundle: Annotated[
+        Path | None,
+        typer.Option("--bundle", help="With --aiperf: read the trace from this bundle."),
+    ] = None,
 ) -> None:
     """Assemble a trace from Prefect's run history plus the ledger; check they agree; write it.
 
     A run that was cancelled or crashed is exported from the ledger alone: its finished ops,
-    the manifest noting it is partial (Prefect never finished those flow runs)."""
+    the manifest noting it is partial (Prefect never finished those flow runs). With
+    `--aiperf DIR` the trace is written as AIPerf inputs instead (see `interop.aiperf_export`)."""
+    if aiperf is not None or bundle is not None:
+        if out is not None:
+            _fail(
+                "--out names a bundle folder; with --aiperf the folder is --aiperf's, so drop --out"
+            )
+        _export_aiperf(aiperf, bundle, run, flow_run, ledger_url, force)
+        return
     from maserve_prefect import prefect_server
     from maserve_prefect.cli.run_cmd import open_ledger
     from maserve_prefect.settings import get_settings, private_dir
@@ -329,3 +360,190 @@ def _export_ledger_only(
     )
     console.print(_totals_table(trace))
     console.print(f"bundle written to {written}", highlight=False, soft_wrap=True)
+
+
+def _export_aiperf(
+    folder: Path | None,
+    bundle: Path | None,
+    run: str | None,
+    flow_run: str | None,
+    ledger_url: str | None,
+    force: bool,
+) -> None:
+    """`trace export --aiperf DIR`: one trace (bundle, ledger run or flow run) as AIPerf inputs."""
+    from maserve_prefect.cli.run_cmd import open_ledger
+    from maserve_prefect.interop.aiperf_export import (
+        REQUESTS_FILE,
+        plan_aiperf_export,
+        write_aiperf_export,
+    )
+    from maserve_prefect.trace.bundle import import_bundle
+
+    try:
+        if folder is None:
+            raise ConfigError("--bundle is read only with --aiperf DIR; give --aiperf too")
+        if sum(x is not None for x in (bundle, run, flow_run)) != 1:
+            raise ConfigError("give exactly one of --bundle PATH, --run TRACE_ID or --flow-run ID")
+        check_out_dir(folder, "--aiperf")
+        if bundle is not None:
+            if bundle.name != "trace.jsonl":
+                check_bundle_dir(bundle)
+            trace = import_bundle(bundle).trace
+        else:
+            with open_ledger(ledger_url) as ledger:
+                tids = [run] if run is not None else ledger.runs_of_flow_run(str(flow_run))
+                if len(tids) != 1:
+                    raise ConfigError(
+                        f"flow run {flow_run} recorded {len(tids)} runs "
+                        f"({', '.join(tids) or 'none'}); export one with --run TRACE_ID"
+                    )
+                trace = ledger.load_trace(str(tids[0]))
+        plan = plan_aiperf_export(trace)
+        if not plan.requests:
+            raise ConfigError(
+                f"trace {trace.manifest.trace_id}: no submitted model op to send "
+                f"({plan.num_not_model} non-model ops, {plan.num_unsent} never submitted)"
+            )
+        written = write_aiperf_export(plan, folder, overwrite=force)
+    except MaserveError as exc:
+        _fail(str(exc))
+    console = Console()
+    console.print(
+        f"trace {plan.trace_id}: {len(plan.requests)} requests "
+        f"({plan.num_multi_call_roots} multi-call roots as sessions); left out "
+        f"{plan.num_not_model} non-model ops, {plan.num_unsent} never submitted",
+        highlight=False,
+    )
+    console.print(f"AIPerf inputs written to {written}", highlight=False, soft_wrap=True)
+    console.print(
+        f"run: aiperf profile --model MODEL --tokenizer TOKENIZER --url URL --endpoint-type chat "
+        f"--streaming --input-file {written / REQUESTS_FILE} --custom-dataset-type "
+        "mooncake_trace --fixed-schedule   (see README.txt there)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _parse_slo(values: list[str]) -> tuple[dict[str, float], float | None]:
+    """`--slo SECONDS` (every class) and `--slo CLASS=SECONDS` into (deadlines, default)."""
+    deadlines: dict[str, float] = {}
+    default: float | None = None
+    for raw in values:
+        name, sep, value = raw.rpartition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise ConfigError(
+                f"--slo {raw!r}: give SECONDS or CLASS=SECONDS (a number of seconds)"
+            ) from None
+        if not seconds > 0:
+            raise ConfigError(f"--slo {raw!r}: a deadline must be > 0 s")
+        if sep:
+            deadlines[name] = seconds
+        else:
+            default = seconds
+    return deadlines, default
+
+
+@app.command("import-aiperf")
+def import_aiperf_cmd(
+    profile_export: Annotated[
+        Path, typer.Argument(help="AIPerf's per-request records (profile_export.jsonl).")
+    ],
+    schedule: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder written by `maserve trace export --aiperf` for this run's input: maps "
+            "each request back to its op, root, class and dependencies."
+        ),
+    ] = None,
+    trace_id: Annotated[
+        str | None,
+        typer.Option(
+            "--trace-id", help="Ledger id of the new run [default: aiperf-<folder>-<sha>]."
+        ),
+    ] = None,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--slo",
+            help="Root-latency deadline: SECONDS for every class, or CLASS=SECONDS (repeat).",
+        ),
+    ] = None,
+    ledger_url: Annotated[
+        str | None, typer.Option("--ledger", help="Ledger database URL (default: configured).")
+    ] = None,
+) -> None:
+    """Import AIPerf's per-request records into the ledger as a run; print task-level metrics.
+
+    The whole file is checked first: a bad record is one error naming its line, and nothing is
+    written. The run is then recorded in one transaction."""
+    from maserve_prefect.cli.run_cmd import open_ledger, unique_trace_id
+    from maserve_prefect.interop.aiperf_import import import_aiperf
+    from maserve_prefect.metrics.path import path_ledger, path_shares
+    from maserve_prefect.metrics.slo import attainment
+    from maserve_prefect.metrics.task import root_latencies
+
+    try:
+        deadlines, default_s = _parse_slo(slo or [])
+        result = import_aiperf(profile_export, schedule=schedule, trace_id=trace_id)
+        trace = result.trace
+        lats = root_latencies(trace)
+        paths = path_ledger(trace)
+        slo_table = (
+            attainment(lats, deadlines, default_s=default_s) if deadlines or default_s else {}
+        )
+        with open_ledger(ledger_url) as ledger:
+            tid = trace.manifest.trace_id
+            if trace_id is None:
+                tid = unique_trace_id(ledger, tid)
+                manifest = trace.manifest.model_copy(update={"trace_id": tid})
+                trace = trace.model_copy(update={"manifest": manifest})
+            ledger.record_trace(trace)
+    except MaserveError as exc:
+        _fail(str(exc))
+    _print_aiperf_import(result, tid, lats, paths, path_shares(paths), slo_table)
+
+
+def _print_aiperf_import(
+    result: AiperfImport,
+    tid: str,
+    lats: list[RootLatency],
+    paths: list[RootPath],
+    shares: dict[str, float],
+    slo_table: dict[str, ClassAttainment],
+) -> None:
+    import numpy as np
+
+    from maserve_prefect.metrics.report import render_table, slo_rows
+
+    console = Console()
+    rows = Table(title="AIPerf records", show_header=False)
+    rows.add_column("quantity")
+    rows.add_column("value", justify="right")
+    rows.add_row("records read", str(result.num_records))
+    rows.add_row("requests imported", str(len(result.trace.ops)))
+    rows.add_row("  failed / cancelled", str(result.num_failed))
+    rows.add_row("skipped (not profiling)", str(result.num_skipped_phase))
+    rows.add_row("roots", str(len(result.trace.roots)))
+    rows.add_row("ops named by", "schedule map" if result.mapped else "AIPerf sessions")
+    if result.num_dropped_deps:
+        rows.add_row("dependencies on unsent ops dropped", str(result.num_dropped_deps))
+    console.print(rows)
+    done = [r.latency_s for r in lats if r.latency_s is not None]
+    table = Table(title="Task level (root latency, s)")
+    for name in ("roots completed", "p50", "p90", "p99", "max"):
+        table.add_column(name, justify="right")
+    if done:
+        p50, p90, p99 = np.percentile(done, [50, 90, 99])
+        table.add_row(f"{len(done)}/{len(lats)}", f"{p50:.3f}", f"{p90:.3f}", f"{p99:.3f}",
+                      f"{max(done):.3f}")  # fmt: skip
+    else:
+        table.add_row(f"0/{len(lats)}", "-", "-", "-", "-")
+    console.print(table)
+    if paths:
+        console.print(render_table("Completion path: mean share of root latency",
+                                   [{k: round(v, 3) for k, v in shares.items()}]))  # fmt: skip
+    if slo_table:
+        console.print(render_table("SLO attainment", slo_rows(slo_table)))
+    console.print(f"recorded as run {tid} in the ledger", highlight=False, soft_wrap=True)

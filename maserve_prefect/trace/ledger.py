@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, insert
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import IntegrityError as DBIntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, SQLModel, col, select
 
 from maserve_prefect.errors import IntegrityError, TraceNotFoundError, TraceValidationError
 from maserve_prefect.trace.cas import BlobStore, ContentStore
@@ -366,6 +366,85 @@ class Ledger:
                         task_run_id=prefect[1],
                     )
                 )
+
+    def record_trace(self, trace: Trace, status: RunStatus = RunStatus.COMPLETED) -> None:
+        """Record a whole imported trace — run, roots, stages, sessions, ops — in ONE transaction.
+
+        For traces that arrive complete (imports such as `maserve trace import-aiperf`): either
+        every record is written or, on any error, none is. Ops are written in record order, so a
+        dependency must come before the op that names it. Payload digests are not checked
+        (imports carry none); validate the trace first (`trace.validate.validate_trace`).
+
+        Raises:
+            TraceValidationError: the trace id is already recorded, or ids clash.
+
+        Examples:
+            >>> from maserve_prefect.trace.cas import MemoryStore
+            >>> from maserve_prefect.trace.model import OpKind
+            >>> lg = Ledger("sqlite://", MemoryStore())
+            >>> t = Trace(manifest=Manifest(trace_id="imp"), roots=[RootRecord(root_id="r")],
+            ...           ops=[OpRecord(op_id="r/0", root_id="r", kind=OpKind.MODEL)])
+            >>> lg.record_trace(t)
+            >>> [(r.trace_id, r.status.value, r.num_ops) for r in lg.list_runs()]
+            [('imp', 'completed', 1)]
+        """
+        manifest = trace.manifest
+        tid = manifest.trace_id
+        now = datetime.now(UTC).isoformat()
+        manifest = manifest.model_copy(update={"created_at": manifest.created_at or now})
+        with self._write(f"imported run {tid!r}") as session:
+            if session.get(RunRow, tid) is not None:
+                raise TraceValidationError(
+                    f"run {tid!r} is already recorded in the ledger; use a new trace id"
+                )
+            session.add(
+                RunRow(
+                    trace_id=tid,
+                    manifest_json=manifest.to_json_line(),
+                    created_at=manifest.created_at or now,
+                    status=status.value,
+                    source=manifest.source,
+                    finished_at=now if status.is_finished else None,
+                )
+            )
+            session.flush()  # the other tables' rows reference the run row: insert it first
+            rows: list[SQLModel] = [
+                RootRow(
+                    trace_id=tid,
+                    root_id=r.root_id,
+                    workflow=r.workflow,
+                    arrival_s=r.arrival_s,
+                    record_json=r.to_json_line(),
+                )
+                for r in trace.roots
+            ]
+            rows += [
+                StageRow(
+                    trace_id=tid,
+                    stage_id=s.stage_id,
+                    root_id=s.root_id,
+                    name=s.name,
+                    record_json=s.to_json_line(),
+                )
+                for s in trace.stages
+            ]
+            rows += [
+                SessionRow(
+                    trace_id=tid,
+                    session_id=s.session_id,
+                    root_id=s.root_id,
+                    stage_id=s.stage_id,
+                    record_json=s.to_json_line(),
+                )
+                for s in trace.sessions
+            ]
+            for op in trace.ops:
+                rows += op_rows(tid, op)
+            by_table: dict[type[SQLModel], list[dict[str, object]]] = {}
+            for row in rows:  # bulk inserts, one per table, in record order
+                by_table.setdefault(type(row), []).append(row.model_dump(exclude={"id"}))
+            for table, values in by_table.items():
+                session.connection().execute(insert(table), values)
 
     def append_samples(self, trace_id: str, samples: Iterable[SampleLike]) -> int:
         """Append engine-state samples in one transaction (a bulk insert); return the count.
