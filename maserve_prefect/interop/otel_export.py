@@ -29,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -231,8 +232,9 @@ def send_otlp(
                 result = exporter.export(batch)
             if result is not SpanExportResult.SUCCESS:
                 before = f"; {sent} earlier request(s) were taken" if sent else ""
+                reason = _reason(log) or _connect_error(url, timeout_s)
                 raise TraceExportError(
-                    f"OTLP endpoint {url} took no spans ({_reason(log)}){before}; check that an "
+                    f"OTLP endpoint {url} took no spans ({reason}){before}; check that an "
                     "OTLP/HTTP receiver listens there (a collector's port 4318)"
                 )
             sent += 1
@@ -367,15 +369,22 @@ def _captured_exporter_log() -> Iterator[_Capture]:
         logger.propagate = propagate
 
 
-_NEEDLES = ("Connection refused", "Name or service not known", "timed out", "No route to host",
-            "Temporary failure in name resolution", "Connection reset")  # fmt: skip
+_NEEDLES = (
+    "Connection refused",
+    "Name or service not known",
+    "timed out",
+    "No route to host",
+    "Temporary failure in name resolution",
+    "Connection reset",
+)
 
 
-def _reason(capture: _Capture) -> str:
+def _reason(capture: _Capture) -> str | None:
     """The exporter's last stated reason, short: an HTTP status or the connection error.
 
     Read from the exporter's own log records: "Failed to export %s batch code: %s, reason: %s"
-    (a refusal) and "Transient error %s encountered ..." (retried until the timeout).
+    (a refusal) and "Transient error %s encountered ..." (retried until the timeout). None when
+    it gave up before stating one (a connection error it had no time left to retry).
     """
     for record in reversed(capture.records):
         args = record.args if isinstance(record.args, tuple) else ()
@@ -391,7 +400,18 @@ def _reason(capture: _Capture) -> str:
         text = str(reason)
         found = next((n for n in _NEEDLES if n.lower() in text.lower()), None)
         return found.lower() if found else text[:160]
-    return capture.records[-1].getMessage() if capture.records else "no reason given"
+    return None
+
+
+def _connect_error(url: str, timeout_s: float) -> str:
+    """Why `url` took nothing when the exporter did not say: can its host and port be reached?"""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=max(timeout_s, 0.1)):
+            return f"no answer within {timeout_s:g} s"
+    except OSError as exc:
+        return (exc.strerror or type(exc).__name__).lower()
 
 
 def _version() -> str:

@@ -305,8 +305,9 @@ def _plan_root(ctx: _Context, root: RootRecord, ops: Sequence[OpRecord]) -> Trac
         parent = (
             session_key(op) if op.session_id else stage_key(op.stage_id) if op.stage_id else "root"
         )
-        spans[op_key(op)] = _op_span(ctx, op, trace_id, span_id(op_key(op)), span_id(parent),
-                                     arrival_ns)  # fmt: skip
+        spans[op_key(op)] = _op_span(
+            ctx, op, trace_id, span_id(op_key(op)), span_id(parent), arrival_ns
+        )
         parent_of[op_key(op)] = parent
 
     # Intermediate spans cover their children: widen every ancestor of every op span.
@@ -320,8 +321,9 @@ def _plan_root(ctx: _Context, root: RootRecord, ops: Sequence[OpRecord]) -> Trac
                 break
             node = parent_of[node]
     for key in bounds:
-        spans[key] = _intermediate_span(ctx, root, key, stages, sessions, ops, trace_id,
-                                        span_id, parent_of, bounds[key])  # fmt: skip
+        spans[key] = _intermediate_span(
+            ctx, root, key, stages, sessions, ops, trace_id, span_id, parent_of, bounds[key]
+        )
     return TracePlan(root.root_id, trace_id, tuple(_preorder(spans, parent_of)))
 
 
@@ -361,8 +363,11 @@ def _intermediate_span(
         rec = stages.get(ident)
         stage_name = rec.name if rec is not None else ident.rpartition("/")[2]
         name = f"stage {stage_name}"
-        attrs |= {"maserve.stage_id": ident, "maserve.stage": stage_name,
-                  "maserve.synthesized": rec is None}  # fmt: skip
+        attrs |= {
+            "maserve.stage_id": ident,
+            "maserve.stage": stage_name,
+            "maserve.synthesized": rec is None,
+        }
         if rec is not None:
             attrs |= {"maserve.iteration": rec.iteration}
             if rec.template:
