@@ -332,6 +332,7 @@ def _write_atomically(dest: Path, data: bytes, *, overwrite: bool) -> None:
             "you can write"
         ) from None
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it (mkstemp makes it 0600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -343,6 +344,12 @@ def _write_atomically(dest: Path, data: bytes, *, overwrite: bool) -> None:
         if isinstance(exc, OSError):
             raise TraceExportError(f"{dest}: cannot write it ({exc.strerror or exc})") from None
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class _Capture(logging.Handler):

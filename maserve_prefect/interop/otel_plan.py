@@ -241,6 +241,7 @@ class _Context:
     links: dict[tuple[str, int], PrefectLink]
     last_attempt: dict[str, OpRecord]
     stages: dict[str, StageRecord]
+    sessions: dict[str, SessionRecord]
     models: dict[str, str]
     provider: str | None
     release_rule: str | None
@@ -253,6 +254,7 @@ class _Context:
             links={(link.op_id, link.attempt): link for link in links},
             last_attempt=trace.op_index(),
             stages={s.stage_id: s for s in trace.stages},
+            sessions={s.session_id: s for s in trace.sessions},
             models=_deployment_models(trace.manifest.notes),
             provider=_provider(trace.manifest.engine),
             release_rule=_release_rule(trace),
@@ -270,7 +272,7 @@ def _plan_root(ctx: _Context, root: RootRecord, ops: Sequence[OpRecord]) -> Trac
         return otel_span_id(tid_str, root.root_id, key)
 
     stages = ctx.stages
-    sessions = {s.session_id: s for s in ctx.trace.sessions if s.root_id == root.root_id}
+    sessions = ctx.sessions
     parent_of: dict[str, str] = {}  # span key → parent span key
 
     def stage_key(stage_id: str) -> str:
