@@ -499,3 +499,29 @@ def test_cli_writes_the_file_and_refuses_a_bad_endpoint_in_one_line(tmp_path: Pa
     assert "Traceback" not in result.output
     result = runner.invoke(app, [*args, "--otel", str(dest)])  # exists: refused, left as it was
     assert result.exit_code == 1 and "already exists" in result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "give exactly one of --run TRACE_ID or --bundle DIR"),
+        (["--run", "x", "--bundle", "b"], "give exactly one of --run TRACE_ID or --bundle DIR"),
+        (["--flow-run", "f"], "export a whole run: give --run TRACE_ID"),
+        (["--bundle", "b", "--out", "o"], "no bundle is written"),
+        (["--bundle", "b", "--otlp-endpoint", "localhost:4318"], "give an http(s) URL"),
+        (["--bundle", "b", "--epoch", "yesterday"], "--epoch 'yesterday': give Unix seconds"),
+    ],
+)
+def test_cli_misuse_is_one_line_and_writes_nothing(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    trace = Trace(manifest=Manifest(trace_id="m"), roots=[RootRecord(root_id="r")])
+    export_bundle(trace, MemoryStore(), tmp_path / "b")
+    args = [a if a not in ("b", "o") else str(tmp_path / a) for a in extra]
+    dest = tmp_path / "t.json"
+    if "--otlp-endpoint" not in args:
+        args += ["--otel", str(dest)]
+    result = runner.invoke(app, ["export", *args])
+    assert result.exit_code == 1
+    assert message in result.output and "Traceback" not in result.output
+    assert not dest.exists() and not (tmp_path / "o").exists()
