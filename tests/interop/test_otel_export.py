@@ -525,3 +525,19 @@ def test_cli_misuse_is_one_line_and_writes_nothing(
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
     assert not dest.exists() and not (tmp_path / "o").exists()
+
+
+def test_a_looping_stage_chain_is_refused_by_name() -> None:
+    from maserve_prefect.errors import TraceValidationError
+    from maserve_prefect.interop.otel_plan import plan_trace
+
+    trace = Trace(
+        manifest=Manifest(trace_id="loop"),
+        stages=[
+            StageRecord(stage_id="r/x", root_id="r", name="x", parent_stage_id="r/y"),
+            StageRecord(stage_id="r/y", root_id="r", name="y", parent_stage_id="r/x"),
+        ],
+        ops=[OpRecord(op_id="r/x/0", root_id="r", kind=OpKind.TRANSFORM, stage_id="r/x")],
+    )
+    with pytest.raises(TraceValidationError, match=r"stage 'r/x' of root 'r'.*loops"):
+        plan_trace(trace)
