@@ -11,6 +11,7 @@ Every message says what was wrong, where (file, line, op id, element name) and w
     │   ├── BlobNotFoundError (LookupError)     no CAS blob with that digest
     │   ├── TraceNotFoundError (LookupError)    no ledger run with that trace id
     │   ├── BundleExistsError (FileExistsError) export target exists; pass --force / overwrite=True
+    │   ├── TraceExportError                    a file or endpoint took no export (names it)
     │   └── IllegalReleaseError (ValueError)    release change drops a required edge / makes a cycle
     ├── EngineError
     │   ├── RequestError (ValueError)           malformed engine request (names the request id)
@@ -57,6 +58,10 @@ class TraceNotFoundError(TraceError, LookupError):
 
 class BundleExistsError(TraceError, FileExistsError):
     """A bundle export would overwrite a non-empty folder without `overwrite=True`."""
+
+
+class TraceExportError(TraceError):
+    """A trace could not be written to a file or sent to an endpoint (the message names it)."""
 
 
 class IllegalReleaseError(TraceError, ValueError):

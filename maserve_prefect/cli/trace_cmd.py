@@ -17,6 +17,7 @@ Examples:
     maserve trace stats out/mc
     maserve trace export --bundle out/mc --aiperf out/mc-aiperf
     maserve trace import-aiperf artifacts/run1/profile_export.jsonl --schedule out/mc-aiperf --slo 2
+    maserve trace export --run TRACE_ID --otel out/trace.otlp.json   # OpenTelemetry GenAI spans
 """
 
 from __future__ import annotations
@@ -269,16 +270,60 @@ def export_cmd(
             "the ledger (or --bundle), not Prefect.",
         ),
     ] = None,
+    otel: Annotated[
+        Path | None,
+        typer.Option(
+            "--otel",
+            help="Write OpenTelemetry GenAI spans as an OTLP/JSON file (one trace per root) "
+            "instead of a bundle; from --run (the ledger's record) or --bundle.",
+        ),
+    ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp-endpoint",
+            help="Send OpenTelemetry GenAI spans over OTLP/HTTP to this URL (a collector's "
+            "http://HOST:4318; /v1/traces is added to a bare URL).",
+        ),
+    ] = None,
     bundle: Annotated[
         Path | None,
-        typer.Option("--bundle", help="With --aiperf: read the trace from this bundle."),
+        typer.Option(
+            "--bundle",
+            help="With --aiperf / --otel / --otlp-endpoint: read the trace from this bundle.",
+        ),
     ] = None,
+    epoch: Annotated[
+        str | None,
+        typer.Option(
+            help="With --otel / --otlp-endpoint: the Unix time the trace's t = 0 is placed at: "
+            "Unix seconds, an ISO 8601 time or 'now' [default: the run's created_at from the "
+            "ledger, else 1970-01-01T00:00:00Z].",
+        ),
+    ] = None,
+    otlp_timeout: Annotated[
+        float, typer.Option(help="Seconds the OTLP endpoint has to take each request.")
+    ] = 10.0,
 ) -> None:
     """Assemble a trace from Prefect's run history plus the ledger; check they agree; write it.
 
     A run that was cancelled or crashed is exported from the ledger alone: its finished ops,
     the manifest noting it is partial (Prefect never finished those flow runs). With
-    `--aiperf DIR` the trace is written as AIPerf inputs instead (see `interop.aiperf_export`)."""
+    `--aiperf DIR` the trace is written as AIPerf inputs instead (see `interop.aiperf_export`).
+
+    With --otel FILE and / or --otlp-endpoint URL the trace (the ledger's record of --run, with
+    its Prefect run ids, or a --bundle) is exported as OpenTelemetry GenAI spans instead."""
+    if otel is not None or otlp_endpoint is not None:
+        if aiperf is not None:
+            _fail("--aiperf and --otel / --otlp-endpoint are separate exports: give one")
+        _export_otel(
+            run=run, bundle=bundle, flow_run=flow_run, out=out, ledger_url=ledger_url,
+            otel=otel, otlp_endpoint=otlp_endpoint, epoch=epoch, timeout_s=otlp_timeout,
+            force=force,
+        )  # fmt: skip
+        return
+    if epoch is not None:
+        _fail("--epoch goes with --otel FILE or --otlp-endpoint URL")
     if aiperf is not None or bundle is not None:
         if out is not None:
             _fail(
@@ -360,6 +405,77 @@ def _export_ledger_only(
     )
     console.print(_totals_table(trace))
     console.print(f"bundle written to {written}", highlight=False, soft_wrap=True)
+
+
+def _export_otel(
+    *,
+    run: str | None,
+    bundle: Path | None,
+    flow_run: str | None,
+    out: Path | None,
+    ledger_url: str | None,
+    otel: Path | None,
+    otlp_endpoint: str | None,
+    epoch: str | None,
+    timeout_s: float,
+    force: bool,
+) -> None:
+    """`trace export --otel / --otlp-endpoint`: the trace as OpenTelemetry GenAI spans."""
+    import time
+
+    from maserve_prefect.cli.run_cmd import open_ledger
+    from maserve_prefect.interop.otel_export import (
+        build_spans,
+        otlp_traces_url,
+        send_otlp,
+        write_otlp_json,
+    )
+    from maserve_prefect.interop.otel_plan import resolve_epoch_ns
+    from maserve_prefect.trace.bundle import import_bundle
+    from maserve_prefect.trace.runs import PrefectLink
+
+    console = Console()
+    try:
+        if flow_run is not None:
+            raise ConfigError("--otel / --otlp-endpoint export a whole run: give --run TRACE_ID")
+        if (run is None) == (bundle is None):
+            raise ConfigError("give exactly one of --run TRACE_ID or --bundle DIR to export")
+        if out is not None:
+            raise ConfigError(
+                "--out names a bundle folder; with --otel / --otlp-endpoint no bundle is written"
+            )
+        url = otlp_traces_url(otlp_endpoint) if otlp_endpoint is not None else None
+        links: list[PrefectLink] = []
+        if bundle is not None:
+            check_bundle_dir(bundle, "--bundle")
+            trace = import_bundle(bundle).trace
+        else:
+            with open_ledger(ledger_url) as ledger:
+                trace = ledger.load_trace(str(run))
+                links = ledger.prefect_links(str(run))
+        epoch_ns = resolve_epoch_ns(epoch, trace.manifest.created_at, time.time_ns())
+        tid = trace.manifest.trace_id
+        num_roots = len({op.root_id for op in trace.ops} | {r.root_id for r in trace.roots})
+        if otel is not None:
+            num = write_otlp_json(trace, otel, epoch_ns=epoch_ns, prefect_links=links,
+                                  overwrite=force)  # fmt: skip
+            console.print(
+                f"trace {tid}: {num} spans in {num_roots} OTel trace(s) written to {otel} "
+                "(OTLP/JSON)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if url is not None:
+            spans = build_spans(trace, epoch_ns=epoch_ns, prefect_links=links)
+            requests = send_otlp(spans, url, timeout_s=timeout_s)
+            console.print(
+                f"trace {tid}: {len(spans)} spans in {num_roots} OTel trace(s) sent to {url} "
+                f"({requests} OTLP/HTTP request(s))",
+                highlight=False,
+                soft_wrap=True,
+            )
+    except MaserveError as exc:
+        _fail(str(exc))
 
 
 def _export_aiperf(
