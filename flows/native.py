@@ -286,6 +286,9 @@ def run_native(
         content=content_model_for(b, seed),
         engine_kind="sim" if target.is_sim else target.kind,
         content_source=content_source,
+        output_budgets={
+            d.name: d.max_tokens for d in pool_file.deployments if d.max_tokens is not None
+        },
     )
     key = harness.key
     _CONFIGS[key] = _RunConfig(wf, b, deployments)

@@ -145,10 +145,12 @@ def model_call(
         output: name of the produced artifact.
         decision: a template decision carried by the output.
         max_tokens: output limit (on the simulator the length is drawn, capped at this and at
-            the context the prompt leaves, `capped_output`, and locked).
+            the context the prompt leaves, `capped_output`, and locked); the deployment's
+            output budget (pool file `max_tokens`) caps it too.
         temperature, priority: generation settings.
     """
     op, h = this_op("model_call")
+    max_tokens = h.output_budget(deployment, max_tokens)
     turns: list[Message] = []
     for earlier in history:
         ref = earlier.field(TURN_FIELD)

@@ -48,6 +48,10 @@ class DeploymentEntry(BaseModel):
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     max_model_len: int | None = Field(default=None, ge=1)
     """Context window (vLLM's `--max-model-len`); None: the model's `max_position_embeddings`."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Output budget of every call to this deployment (a call's own smaller `max_tokens` wins),
+    as a harness or gateway sets one (e.g. GPT Researcher's 2,048-token budget, MAServeBench
+    §5); a drawn output length is capped at it. None: no budget (the context window only)."""
     enable_prefix_caching: bool | None = None
     """vLLM's `--enable-prefix-caching` / `--no-enable-prefix-caching`; None: vLLM's default (on)."""
     kv_cache_gib: float | None = Field(default=None, gt=0)

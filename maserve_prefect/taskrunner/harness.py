@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from maserve_prefect.dispatch.dispatcher import Dispatcher
@@ -76,6 +76,7 @@ class Harness:
         content: ContentDraws | None = None,
         engine_kind: str = "sim",
         content_source: str = "binding",
+        output_budgets: Mapping[str, int] | None = None,
     ) -> None:
         self.gate = gate
         self.manifest = manifest
@@ -90,6 +91,7 @@ class Harness:
                 "drawn from the binding's seeded content model) or 'engine' (free generation)"
             )
         self.content_source = "binding" if engine_kind == "sim" else content_source
+        self._budgets = dict(output_budgets or {})
         self.state = StateStore()
         self.counter = OpCounter()
         self.book = RunBook()
@@ -314,6 +316,14 @@ class Harness:
             if self._num_waiting:
                 self._recorded_cv.notify_all()
         return record
+
+    def output_budget(self, deployment: str, max_tokens: int | None) -> int | None:
+        """A call's output limit: its own `max_tokens` and `deployment`'s budget (the pool file's
+        `max_tokens`), whichever is smaller; None when neither is set."""
+        budget = self._budgets.get(deployment)
+        if budget is None or (max_tokens is not None and max_tokens <= budget):
+            return max_tokens
+        return budget
 
     def context_limit(self, deployment: str) -> int | None:
         """The max model length `deployment`'s replicas serve (the smallest), None when unknown

@@ -61,3 +61,24 @@ def test_an_overlong_output_is_capped_at_the_context_left_not_refused() -> None:
     calls = [c for r in _calls(pool, dp.Cohort("refinement_loop", "research", 3, 3)) for c in r]
     assert all(i + o <= short for i, o in calls)
     assert any(i + o == short for i, o in calls)  # the research writer's drafts hit the cap
+
+
+def test_a_deployments_output_budget_caps_every_call() -> None:
+    # The pool file's `max_tokens` is the budget a harness sets (GPT Researcher's 2,048 tokens):
+    # drawn lengths above it are cut to it, shorter ones are left as drawn.
+    base = load_pool_file(POOL)
+    budget = 1024
+    pool = base.model_copy(
+        update={
+            "deployments": tuple(
+                d.model_copy(update={"max_tokens": budget}) for d in base.deployments
+            )
+        }
+    )
+    unbudgeted = [
+        o for r in _calls(base, dp.Cohort("refinement_loop", "research", 3, 3)) for _, o in r
+    ]
+    outs = [o for r in _calls(pool, dp.Cohort("refinement_loop", "research", 3, 3)) for _, o in r]
+    assert max(unbudgeted) > budget  # the binding draws longer outputs than the budget
+    assert max(outs) == budget and all(o <= budget for o in outs)
+    assert min(outs) < budget  # not every call is cut: a shorter draw stays as drawn
