@@ -226,7 +226,9 @@ def run_cmd(
         if dest.exists() and not force and (not dest.is_dir() or any(dest.iterdir())):
             raise ConfigError(f"--out {dest} exists and is not empty; pass --force to replace it")
         with console.status("connecting to Prefect…"):
-            server = prefect_server.ensure_server()
+            server = prefect_server.ensure_server(
+                announce=lambda line: console.print(line, highlight=False, soft_wrap=True)
+            )
         with open_ledger(ledger_url) as ledger, prefect_server.connected(server):
             tid = trace_id or unique_trace_id(ledger, f"{wf.name}-{b.binding_id}-s{seed}-u{users}")
             with (
