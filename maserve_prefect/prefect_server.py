@@ -224,9 +224,10 @@ def announcement(info: ServerInfo) -> str:
 
     Examples:
         >>> info = ServerInfo(Path("/h"), True, "http://127.0.0.1:4242/api", ui=True)
-        >>> announcement(info)  # doctest: +NORMALIZE_WHITESPACE
-        'started a Prefect server: UI http://127.0.0.1:4242 (API http://127.0.0.1:4242/api),
-        database sqlite:////h/prefect.db; it keeps running: stop it with `maserve server stop`'
+        >>> print(announcement(info))  # doctest: +NORMALIZE_WHITESPACE
+        started a Prefect server: UI http://127.0.0.1:4242 (API http://127.0.0.1:4242/api),
+        database sqlite:////h/prefect.db; it keeps running: stop it with
+        `maserve server stop --home /h`
     """
     where = f"UI {info.ui_url} (API {info.url})" if info.ui else f"API {info.url} (no UI)"
     stop_cmd = "maserve server stop"
