@@ -175,10 +175,9 @@ def test_roots_are_named_tagged_subflows_of_one_parent_flow_run() -> None:
     """What the Prefect UI shows of a native run: one parent flow run (named by the trace id)
     whose subflows are the roots, each named `workflow/root · instance` and tagged; the parent's
     tracking task runs are not ops (the ledger still agrees with Prefect one to one)."""
+    from maserve_prefect.flows.native import run_native
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentTaskRunId
-
-    from maserve_prefect.flows.native import run_native
 
     ledger = Ledger("sqlite://", MemoryStore())
     run = run_native("fork_join", users=2, seed=4, ledger=ledger, trace_id="ui-names-t1")
