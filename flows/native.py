@@ -398,6 +398,9 @@ def run_native(
     stop = cancel if cancel is not None else threading.Event()
 
     def launch() -> None:
+        parent = FlowRunContext.get()
+        if parent is not None and parent.flow_run is not None:
+            harness.parent_flow_run_id = str(parent.flow_run.id)
         with gate, activate(harness):
             gate.admit()
             for i in range(users):
@@ -443,6 +446,7 @@ def run_native(
         harness=harness,
         flow_run_ids=list(harness.flow_run_ids),
         cancelled=harness.cancelled,
+        parent_flow_run_id=harness.parent_flow_run_id,
     )
 
 

@@ -260,6 +260,11 @@ def run_cmd(
             console.print(
                 f"trace {tid} → {written}{partial}  (Prefect API {server.url})", highlight=False
             )
+            if server.ui_url is not None and run.parent_flow_run_id is not None:
+                console.print(
+                    f"Prefect UI: {server.ui_url}/runs/flow-run/{run.parent_flow_run_id}",
+                    highlight=False,
+                )
             print_summary(console, run)
             if failed_op is not None:
                 print_failure(run.trace, failed_op, hint=not allow_failures)

@@ -200,6 +200,7 @@ def test_roots_are_named_tagged_subflows_of_one_parent_flow_run() -> None:
         (parent_id,) = parents
         parent = client.read_flow_run(parent_id)  # type: ignore[arg-type]
         assert parent.name == tid and parent.parent_task_run_id is None
+        assert run.parent_flow_run_id == str(parent_id)
         assert tags <= set(parent.tags)
         assert sorted(t.name for t in trackers) == sorted(r.name for r in roots)
         children = client.read_flow_runs(
