@@ -264,6 +264,7 @@ def run_cmd(
                 console.print(
                     f"Prefect UI: {server.ui_url}/runs/flow-run/{run.parent_flow_run_id}",
                     highlight=False,
+                    soft_wrap=True,  # a URL is never broken across lines
                 )
             print_summary(console, run)
             if failed_op is not None:

@@ -1,7 +1,7 @@
 """The Prefect UI as a user meets it, in headless Chromium (issue 20, part 4).
 
-`maserve server start` (UI on by default), a small native run (`maserve run fork_join`, 2 roots)
-and a replay of it (`maserve replay`, two arms) on that server; then the UI, driven by
+A small native run (`maserve run fork_join`, 2 roots; it starts the managed Prefect server, UI
+on by default, and announces it) and a replay of it (`maserve replay`, two arms) on that server; then the UI, driven by
 Playwright with the system's Chromium (`make browser-deps` installs Debian's `chromium`):
 
 - a root's flow-run page loads under its readable name (`fork_join/r0000 · …`) with its tags
@@ -94,12 +94,14 @@ def test_the_ui_shows_named_roots_their_op_graph_and_the_replay_artifacts(
     from playwright.sync_api import sync_playwright
 
     chromium = _chromium()
-    info = prefect_server.start(Path(env["MASERVE_HOME"]) / "prefect", timeout_s=120)
-    assert info.ui and info.ui_url is not None and info.url is not None
-    api, ui = info.url, info.ui_url
-
     bundle = tmp_path / "fj"
+    # no server yet: `maserve run` starts the managed one (UI on) and says so in one line
     out = _maserve(env, "run", "fork_join", "--users", "2", "--seed", "0", "--out", str(bundle))
+    info = prefect_server.status(Path(env["MASERVE_HOME"]) / "prefect")
+    assert info.running and info.ui and info.ui_url is not None and info.url is not None
+    api, ui = info.url, info.ui_url
+    assert f"started a Prefect server: UI {ui} (API {api}), database sqlite:///" in out
+    assert "stop it with `maserve server stop`" in out
     assert f"Prefect UI: {ui}/runs/flow-run/" in out  # the parent run's page
     scenario = {
         "name": "ui-check",
