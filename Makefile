@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 VLLM_LOCK := requirements-vllm.lock
 
-.PHONY: demo test test-unit test-fast vllm-env lint typecheck clean venv sandbox-deps postgres-deps
+.PHONY: demo test test-unit test-fast vllm-env lint typecheck clean venv sandbox-deps postgres-deps browser-deps
 
 venv: $(STAMP)
 
@@ -55,10 +55,27 @@ postgres-deps:
 	      "apt-get): install the 'postgresql' package, or the PostgreSQL tests skip"; \
 	  fi; }
 
+# The Prefect UI test (tests/cli/test_prefect_ui_browser.py) drives headless Chromium with
+# Playwright (pinned in requirements.lock) through the system browser (Debian package
+# `chromium`): installed here when missing and we are root with apt-get; otherwise a note, and
+# that test skips.
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (the Prefect UI test's headless browser)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } || \
+	    echo "warning: could not install chromium; the Prefect UI test will skip"; \
+	  else \
+	    echo "note: Chromium not found and not installable here (needs root and apt-get):" \
+	      "install the 'chromium' package, or the Prefect UI test skips"; \
+	  fi; }
+
 demo: $(STAMP) sandbox-deps
 	$(BIN)/python -m maserve_prefect.demo
 
-test: $(STAMP) sandbox-deps postgres-deps
+test: $(STAMP) sandbox-deps postgres-deps browser-deps
 	VLLM_PY="$$($(BIN)/python -m maserve_prefect.engines.vllm.venv --lock $(VLLM_LOCK))" && \
 	MASERVE_VLLM_PYTHON="$$VLLM_PY" $(BIN)/python -m pytest tests
 

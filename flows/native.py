@@ -1,8 +1,13 @@
 """Native runs: realize N roots of a workflow on an engine, record the trace, return results.
 
 `run_native(...)` builds the harness (virtual clock + lockstep gate + simulated pool + dispatcher
-+ ledger + the binding's content model), then starts one Prefect flow run per root — `maserve-root`
-with `MAServeTaskRunner` — each on its own thread counted by the gate. Roots arrive at the start
++ ledger + the binding's content model), then, inside one parent flow run for the whole run
+(`maserve-run`, named by the trace id), starts one Prefect flow run per root — `maserve-root`
+with `MAServeTaskRunner` — each on its own thread counted by the gate. Each root's flow run is a
+subflow of the parent, linked the way Prefect links subflows (a tracking task run in the parent,
+the root's `parent_task_run_id`), named `WORKFLOW/ROOT · INSTANCE` (e.g. `fork_join/r0003 ·
+q17`) and tagged `workflow:…`, `binding:…`, `engine:…`, `trace:…` (plus `suite:…` when a
+benchmark suite's flow runs it): what the Prefect UI lists and filters by. Roots arrive at the start
 (after the pool has loaded) unless an inter-arrival rate is given. Every root's final artifact is
 evaluated by the binding; on the simulator answers are synthetic text, so quality is reported but
 flagged as not meaningful.
@@ -27,8 +32,8 @@ import numpy as np
 from maserve_prefect.flows.compose import run_workload
 from maserve_prefect.flows.env import RootEnv, resolve
 from maserve_prefect.flows.workflows import Workflow, get_workflow
-from prefect import flow
-from prefect.context import FlowRunContext
+from prefect import Task, flow, tags
+from prefect.context import FlowRunContext, SyncClientContext, TagsContext
 from prefect.exceptions import CancelledRun
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
@@ -63,6 +68,9 @@ class _RunConfig:
 
 
 _CONFIGS: dict[str, _RunConfig] = {}
+_LAUNCHES: dict[str, Callable[[], None]] = {}
+"""The body of each run's parent flow (`maserve_run`), by harness key: the flow's parameters
+reach the API, so what it runs is looked up here rather than passed."""
 
 # Seconds a cancelled run waits for its roots to end (an op in a tool cannot be interrupted).
 CANCEL_GRACE_S = 2.0
@@ -144,6 +152,94 @@ def root_flow(root_id: str, instance_id: str, run_key: str) -> dict[str, Any]:
             get_harness(run_key).mark_final(root_id, answer.producer)
     quality = cfg.binding.evaluate(instance, answer.text)
     return {"root_id": root_id, "answer": answer.digest, "quality": quality}
+
+
+# The task run a parent flow run holds for each root subflow (Prefect's own subflow tracking).
+_ROOT_TRACKER: Task[..., Any] = Task(name="maserve-root", fn=root_flow.fn)
+_ROOT_TRACKER._is_subflow_tracking_task = True  # type: ignore[attr-defined]
+
+
+@flow(
+    name="maserve-run",
+    flow_run_name="{name}",
+    persist_result=False,
+    log_prints=False,
+    validate_parameters=False,
+)
+def maserve_run(
+    name: str, workflow: str, binding: str, engine: str, users: int, seed: int, run_key: str
+) -> None:
+    """The parent flow run of one native run: its roots' flow runs are its subflows."""
+    _LAUNCHES[run_key]()
+
+
+def root_run_name(workflow: str, root_id: str, instance_id: str) -> str:
+    """A root's flow-run name in Prefect: workflow, root and binding instance.
+
+    Examples:
+        >>> root_run_name("fork_join", "r0003", "q17")
+        'fork_join/r0003 · q17'
+    """
+    return f"{workflow}/{root_id} · {instance_id}"
+
+
+def run_tags(manifest: Manifest, workflow: str, engine_kind: str) -> tuple[str, ...]:
+    """The Prefect tags of a native run's flow runs: workflow, binding, engine kind (not its
+    URL) and trace id.
+
+    Examples:
+        >>> m = Manifest(trace_id="t1", binding_ids=("research",), mode="native")
+        >>> run_tags(m, "fork_join", "sim")
+        ('workflow:fork_join', 'binding:research', 'engine:sim', 'trace:t1')
+    """
+    found = [f"workflow:{workflow}", *(f"binding:{b}" for b in manifest.binding_ids)]
+    return (*found, f"engine:{engine_kind}", f"trace:{manifest.trace_id}")
+
+
+def _start_root(root_id: str, instance_id: str, run_key: str) -> dict[str, Any]:
+    """Run one root's flow as a named subflow of the run's parent flow run.
+
+    Prefect links a subflow to its parent through a tracking task run in the parent; its own
+    subflow call numbers those task runs from a counter in the parent's context that root
+    threads would share unguarded (two roots could get one tracking task run, and the second
+    would reuse the first's flow run), so the tracking task run is created here with the root id
+    as its key, then the root's flow run, and the flow is run on it.
+    """
+    from prefect.flow_engine import run_flow
+    from prefect.states import Pending
+
+    cfg = _CONFIGS.get(run_key)
+    workflow = cfg.workflow.name if cfg is not None else "maserve"
+    name = root_run_name(workflow, root_id, instance_id)
+    params = {"root_id": root_id, "instance_id": instance_id, "run_key": run_key}
+    parent = FlowRunContext.get()
+    current = TagsContext.get().current_tags
+    with SyncClientContext.get_or_create() as client_ctx:
+        client = client_ctx.client
+        tracker_id = None
+        if parent is not None and parent.flow_run is not None:
+            tracker = client.create_task_run(
+                task=_ROOT_TRACKER,
+                flow_run_id=parent.flow_run.id,
+                dynamic_key=root_id,
+                name=name,
+                extra_tags=current,
+                state=Pending(),
+                task_inputs={},
+            )
+            tracker_id = tracker.id
+        flow_run = client.create_flow_run(
+            flow=root_flow,
+            name=name,
+            parameters=params,
+            tags=current,
+            parent_task_run_id=tracker_id,
+            state=Pending(),
+        )
+        out: dict[str, Any] = run_flow(  # type: ignore[assignment]
+            root_flow, flow_run=flow_run, parameters=params, return_type="result"
+        )
+    return out
 
 
 def _input_artifact(name: str, value: Any) -> Any:
@@ -303,8 +399,12 @@ def run_native(
     quiet = temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
     threads: list[threading.Thread] = []
     stop = cancel if cancel is not None else threading.Event()
-    try:
-        with quiet, gate, activate(harness):
+
+    def launch() -> None:
+        parent = FlowRunContext.get()
+        if parent is not None and parent.flow_run is not None:
+            harness.parent_flow_run_id = str(parent.flow_run.id)
+        with gate, activate(harness):
             gate.admit()
             for i in range(users):
                 root_id = f"r{i:04d}"
@@ -325,8 +425,14 @@ def run_native(
                 th.start()
             gate.leave()
             _join_roots(threads, stop, harness, close_engine, cancel_grace_s)
+
+    _LAUNCHES[key] = launch
+    try:
+        with quiet, tags(*run_tags(manifest, wf.name, harness.engine_kind)):
+            maserve_run(manifest.trace_id, wf.name, b.binding_id, str(target), users, seed, key)
     finally:
         _CONFIGS.pop(key, None)
+        _LAUNCHES.pop(key, None)
         close_engine()
     trace = Trace(
         manifest=manifest,
@@ -343,6 +449,7 @@ def run_native(
         harness=harness,
         flow_run_ids=list(harness.flow_run_ids),
         cancelled=harness.cancelled,
+        parent_flow_run_id=harness.parent_flow_run_id,
     )
 
 
@@ -387,7 +494,7 @@ def _root_body(
     quality: Quality | None = None
     error: str | None = None
     try:
-        out = root_flow(root_id, instance_id, key)
+        out = _start_root(root_id, instance_id, key)
         quality = out["quality"]
     except Exception as exc:  # a failed root is reported, the run goes on
         error = f"{type(exc).__name__}: {exc}"

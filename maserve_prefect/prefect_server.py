@@ -2,9 +2,10 @@
 
 The one idea: **one detached `prefect server start` per `MASERVE_HOME`, described by a state
 file, under a lock.** `start()` launches the server in its own process group with `PREFECT_HOME` under the
-project data directory (`$MASERVE_HOME/prefect`), analytics and the UI off, logs to
-`<home>/server.log`, and writes its pid, port and URL to `<home>/server.json`; it returns only
-once `GET /api/health` answers. Later commands read that file (`status()`), reuse the server
+project data directory (`$MASERVE_HOME/prefect`), analytics off, the UI on (at the server's
+root URL, its API URL set to the server's own; `ui=False`, `--no-ui` or `MASERVE_PREFECT_UI=0`
+switch it off), logs to `<home>/server.log`, and writes its pid, port, URL and whether the UI is
+served to `<home>/server.json`; it returns only once `GET /api/health` answers. Later commands read that file (`status()`), reuse the server
 (`ensure_server()`), or end it (`stop()`: SIGTERM to the group, bounded wait, then SIGKILL). `start()` and `stop()` hold an
 exclusive lock on `<home>/server.lock` (`maserve_prefect.locks`) from the first look at the state
 file to the last write, so two commands that start at once on a fresh home get one server (the
@@ -35,7 +36,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,19 +50,24 @@ from maserve_prefect.settings import private_dir, private_file
 
 __all__ = [
     "ENV_PREFECT_PORT",
+    "ENV_PREFECT_UI",
     "ServerInfo",
+    "announcement",
     "api_healthy",
     "configured_api_url",
     "connected",
+    "database_url",
     "ensure_server",
     "recording_api",
     "server_home",
     "start",
     "status",
     "stop",
+    "ui_default",
 ]
 
 ENV_PREFECT_PORT = "MASERVE_PREFECT_PORT"
+ENV_PREFECT_UI = "MASERVE_PREFECT_UI"
 STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
 # Seconds a start or stop waits, beyond its own timeout, for another one in the same home.
@@ -91,6 +97,8 @@ class ServerInfo:
         port: TCP port, or None.
         started_at: ISO UTC start time, or None.
         managed: True for the server in `home`; False for an API configured elsewhere.
+        ui: the server serves the Prefect UI at its root URL.
+        started_now: this call started it (an implicit start is announced, see `announcement`).
     """
 
     home: Path
@@ -100,6 +108,15 @@ class ServerInfo:
     port: int | None = None
     started_at: str | None = None
     managed: bool = True
+    ui: bool = False
+    started_now: bool = False
+
+    @property
+    def ui_url(self) -> str | None:
+        """The UI's root URL (`http://127.0.0.1:PORT`), when the server serves the UI."""
+        if not self.ui or self.url is None:
+            return None
+        return self.url.removesuffix("/").removesuffix("/api")
 
     @property
     def uptime_s(self) -> float | None:
@@ -156,11 +173,78 @@ def status(home: Path | None = None) -> ServerInfo:
         pid=pid,
         port=int(state["port"]),
         started_at=str(state["started_at"]),
+        ui=bool(state.get("ui", False)),
+    )
+
+
+def ui_default(env: dict[str, str] | None = None) -> bool:
+    """Whether the managed server serves the UI: `$MASERVE_PREFECT_UI` (1/0, true/false,
+    on/off, yes/no), default on.
+
+    Raises:
+        ConfigError: the variable holds anything else.
+
+    Examples:
+        >>> ui_default({}), ui_default({"MASERVE_PREFECT_UI": "off"})
+        (True, False)
+    """
+    raw = (os.environ if env is None else env).get(ENV_PREFECT_UI, "").strip().lower()
+    if raw in ("", "1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise ConfigError(f"{ENV_PREFECT_UI}={raw!r}: use 1 (serve the Prefect UI) or 0 (API only)")
+
+
+def database_url(env: dict[str, str] | None = None, home: Path | None = None) -> str:
+    """The managed server's database, password hidden: `$PREFECT_API_DATABASE_CONNECTION_URL`,
+    else Prefect's SQLite file in the server's home.
+
+    Examples:
+        >>> database_url({}, Path("/data/ps"))
+        'sqlite:////data/ps/prefect.db'
+        >>> database_url({DB_URL_ENV: "postgresql+asyncpg://me:secret@db/p"}, Path("/x"))
+        'postgresql+asyncpg://me:***@db/p'
+    """
+    raw = (os.environ if env is None else env).get(DB_URL_ENV, "")
+    if not raw:
+        return f"sqlite:///{server_home(home) / 'prefect.db'}"
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(raw).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "(unparsable URL in " + DB_URL_ENV + ")"
+
+
+def announcement(info: ServerInfo) -> str:
+    """The one line that says a command started the managed server: where it answers (the UI
+    or the API), its database and how to stop it.
+
+    Examples:
+        >>> info = ServerInfo(Path("/h"), True, "http://127.0.0.1:4242/api", ui=True)
+        >>> print(announcement(info))  # doctest: +NORMALIZE_WHITESPACE
+        started a Prefect server: UI http://127.0.0.1:4242 (API http://127.0.0.1:4242/api),
+        database sqlite:////h/prefect.db; it keeps running: stop it with
+        `maserve server stop --home /h`
+    """
+    where = f"UI {info.ui_url} (API {info.url})" if info.ui else f"API {info.url} (no UI)"
+    stop_cmd = "maserve server stop"
+    if info.home != server_home():
+        stop_cmd += f" --home {info.home}"
+    return (
+        f"started a Prefect server: {where}, database {database_url(home=info.home)}; "
+        f"it keeps running: stop it with `{stop_cmd}`"
     )
 
 
 def start(
-    home: Path | None = None, port: int | None = None, *, timeout_s: float = 90.0
+    home: Path | None = None,
+    port: int | None = None,
+    *,
+    timeout_s: float = 90.0,
+    ui: bool | None = None,
 ) -> ServerInfo:
     """Start the managed server (or return the one already running in `home`).
 
@@ -168,6 +252,8 @@ def start(
         home: its `PREFECT_HOME` (default `$MASERVE_HOME/prefect`).
         port: TCP port on 127.0.0.1; default `$MASERVE_PREFECT_PORT`, else a free port.
         timeout_s: how long to wait for `/api/health` before giving up.
+        ui: serve the Prefect UI (default `ui_default()`: on unless `$MASERVE_PREFECT_UI=0`).
+            A running server is returned as it is, whatever it serves.
 
     Raises:
         ConfigError: the port is not a number or is in use by another process.
@@ -175,11 +261,12 @@ def start(
     """
     home = server_home(home)
     _port_number(port)  # a bad port is refused before anything is created
+    with_ui = ui_default() if ui is None else ui
     with _locked(home, timeout_s, "starting the Prefect server"):
-        return _start_locked(home, port, timeout_s)
+        return _start_locked(home, port, timeout_s, with_ui)
 
 
-def _start_locked(home: Path, port: int | None, timeout_s: float) -> ServerInfo:
+def _start_locked(home: Path, port: int | None, timeout_s: float, ui: bool) -> ServerInfo:
     current = status(home)
     if current.running:
         return current
@@ -190,14 +277,14 @@ def _start_locked(home: Path, port: int | None, timeout_s: float) -> ServerInfo:
     (home / STATE_FILE).unlink(missing_ok=True)
     url = f"http://{HOST}:{port}/api"
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
-    cmd += ["--no-ui", "--analytics-off", "--no-scheduler", "--no-late-runs"]
+    cmd += ["--ui" if ui else "--no-ui", "--analytics-off", "--no-scheduler", "--no-late-runs"]
     with private_file(home / LOG_FILE).open("ab") as log:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_server_env(home),
+            env=_server_env(home, url, ui),
             start_new_session=True,  # its own process group: `stop` signals the whole tree
             umask=0o077,  # its database, log and state files: readable by the owner only
         )
@@ -217,10 +304,17 @@ def _start_locked(home: Path, port: int | None, timeout_s: float) -> ServerInfo:
                 f"fix the cause above, or point PREFECT_API_URL at a running server"
             )
         time.sleep(0.25)
-    state = {"pid": proc.pid, "port": port, "url": url, "started_at": started_at}
+    state = {"pid": proc.pid, "port": port, "url": url, "started_at": started_at, "ui": ui}
     _write_state(home, state)
     return ServerInfo(
-        home=home, running=True, url=url, pid=proc.pid, port=port, started_at=started_at
+        home=home,
+        running=True,
+        url=url,
+        pid=proc.pid,
+        port=port,
+        started_at=started_at,
+        ui=ui,
+        started_now=True,
     )
 
 
@@ -250,8 +344,17 @@ def configured_api_url() -> str | None:
     return str(url) if url else None
 
 
-def ensure_server(home: Path | None = None, *, timeout_s: float = 90.0) -> ServerInfo:
+def ensure_server(
+    home: Path | None = None,
+    *,
+    timeout_s: float = 90.0,
+    announce: Callable[[str], None] | None = None,
+) -> ServerInfo:
     """An API to record runs on: the configured one, else the managed server (started if needed).
+
+    Args:
+        announce: told `announcement(info)` when this call started the server (default: the
+            line goes to stderr; a command that would rather not say it passes a no-op).
 
     Raises:
         PrefectServerError: the configured API does not answer, or the server cannot start.
@@ -264,7 +367,15 @@ def ensure_server(home: Path | None = None, *, timeout_s: float = 90.0) -> Serve
                 f"server, or unset PREFECT_API_URL to let maserve manage a local one"
             )
         return ServerInfo(home=server_home(home), running=True, url=url, managed=False)
-    return start(home, timeout_s=timeout_s)
+    info = start(home, timeout_s=timeout_s)
+    if info.started_now:
+        (announce or _stderr_line)(announcement(info))
+    return info
+
+
+def _stderr_line(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 @contextlib.contextmanager
@@ -273,21 +384,26 @@ def connected(info: ServerInfo) -> Iterator[ServerInfo]:
 
     Prefect reads its settings at import, so the environment variable alone is not enough;
     `temporary_settings` switches the active settings too.
+    The UI URL (`PREFECT_UI_URL`, which the "View at …" links Prefect prints are built from)
+    is set to the server's root too.
     """
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
 
     if info.url is None:
         raise PrefectServerError(f"no Prefect API URL recorded for server in {info.home}")
-    old = os.environ.get("PREFECT_API_URL")
-    os.environ["PREFECT_API_URL"] = info.url
+    ui_url = info.url.removesuffix("/").removesuffix("/api")
+    values = {"PREFECT_API_URL": info.url, "PREFECT_UI_URL": ui_url}
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
-        with temporary_settings(updates={PREFECT_API_URL: info.url}):
+        with temporary_settings(updates={PREFECT_API_URL: info.url, PREFECT_UI_URL: ui_url}):
             yield info
     finally:
-        if old is None:
-            os.environ.pop("PREFECT_API_URL", None)
-        else:
-            os.environ["PREFECT_API_URL"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -358,12 +474,16 @@ def _locked(home: Path, timeout_s: float, what: str) -> contextlib.AbstractConte
     return exclusive(home / LOCK_FILE, wait_s=timeout_s + LOCK_MARGIN_S, what=what)
 
 
-def _server_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+def _server_env(home: Path, url: str, ui: bool) -> dict[str, str]:
+    drop = ("PREFECT_API_URL", "PREFECT_UI_URL", "PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(
         PREFECT_HOME=str(home),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_SERVER_UI_ENABLED="false",
+        PREFECT_SERVER_UI_ENABLED="true" if ui else "false",
+        # The UI in the browser calls this API: the server's own URL, not a caller's setting.
+        PREFECT_UI_API_URL=url,
+        PREFECT_UI_URL=url.removesuffix("/api"),
         PREFECT_LOGGING_TO_API_ENABLED="false",
     )
     if env.get(DB_URL_ENV, "").startswith("postgresql"):

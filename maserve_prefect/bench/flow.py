@@ -21,13 +21,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import flow
+from prefect import flow, tags
 
 from maserve_prefect.bench.fanout import Fanout
 from maserve_prefect.bench.report import ProgressFn
 from maserve_prefect.bench.result import SuiteResult
 from maserve_prefect.bench.runner import execute_suite
 from maserve_prefect.bench.suite import load_suite
+
+
+def suite_tag(name: str) -> str:
+    """The Prefect tag of a suite's flow runs and of every run it starts.
+
+    Examples:
+        >>> suite_tag("finding-barrier")
+        'suite:finding-barrier'
+    """
+    return f"suite:{name}"
 
 
 @flow(name="maserve-suite", persist_result=False, log_prints=False, validate_parameters=False)
@@ -62,9 +72,12 @@ def maserve_suite(
     from prefect.runtime import flow_run
 
     folder = Path(out) if out is not None else None
-    res = execute_suite(load_suite(path), scale, prefect=True, progress=progress, out=folder,
-                        trace=Path(trace) if trace is not None else None, calibrate=calibrate,
-                        workers=workers, dask_address=dask_address)  # fmt: skip
+    suite = load_suite(path)
+    with tags(suite_tag(suite.name)):  # every flow run the suite starts (native roots, arms)
+        res = execute_suite(suite, scale, prefect=True, progress=progress, out=folder,
+                            trace=Path(trace) if trace is not None else None,
+                            calibrate=calibrate, workers=workers,
+                            dask_address=dask_address)  # fmt: skip
     res.flow_run_id = str(flow_run.id)
     res.publish()
     if folder is not None:
@@ -120,7 +133,10 @@ def run_suite(
         return res
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    with (
+        temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}),
+        tags(suite_tag(suite.name)),
+    ):
         return maserve_suite.with_options(flow_run_name=f"{suite.name}-{scale}")(
             str(Path(path).resolve()),
             scale,

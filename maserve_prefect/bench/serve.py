@@ -15,7 +15,9 @@ module path, so serving works from a wheel as from a checkout, entirely offline.
 Stop with Ctrl-C or SIGTERM; schedules are paused on shutdown (Prefect's default for `serve`).
 
 Every suite file in the folder is loaded (and must be valid); the scale must be one every served
-suite has (replay suites: demo / full; pool and HEAR suites name theirs).
+suite has (replay suites: demo / full; pool and HEAR suites name theirs). `serving_line` is the
+line `maserve bench serve` prints once the deployments are built: every suite served, its kind
+and when it runs, and the suites left out for having no `schedule`.
 
 Examples:
     >>> scheduled_suites("/nonexistent")
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -35,6 +38,7 @@ from uuid import UUID
 
 from maserve_prefect.bench.fanout import Fanout
 from maserve_prefect.bench.suite import Suite, find_suites, load_suite
+from maserve_prefect.bench.suite_base import Schedule
 from maserve_prefect.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -55,6 +59,46 @@ def scheduled_suites(folder: str | Path) -> list[tuple[Path, Suite]]:
         if suite.schedule is not None:
             out.append((path.resolve(), suite))
     return out
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """When a schedule runs, in words (cron times are UTC, Prefect's default).
+
+    Examples:
+        >>> describe_schedule(Schedule(cron="10 3 * * *"))
+        'daily 03:10 UTC'
+        >>> describe_schedule(Schedule(cron="0 */6 * * 1"))
+        'cron "0 */6 * * 1" UTC'
+        >>> describe_schedule(Schedule(interval_s=90))
+        'every 90 s'
+    """
+    if schedule.interval_s is not None:
+        return f"every {schedule.interval_s:g} s"
+    cron = str(schedule.cron).strip()
+    daily = re.fullmatch(r"(\d{1,2})\s+(\d{1,2})\s+\*\s+\*\s+\*", cron)
+    if daily is not None:
+        return f"daily {int(daily[2]):02d}:{int(daily[1]):02d} UTC"
+    return f'cron "{cron}" UTC'
+
+
+def serving_line(folder: str | Path, scale: str = "demo") -> str:
+    """One line: each suite `maserve bench serve` registers (name, kind, when it runs) and the
+    suites in `folder` it leaves out (no `schedule`).
+
+    Raises:
+        ConfigError: the folder is missing or a suite file is invalid.
+    """
+    served, unscheduled = [], []
+    for path in find_suites(folder):
+        suite = load_suite(path)
+        if suite.schedule is None:
+            unscheduled.append(suite.name)
+        else:
+            served.append(f"{suite.name} ({suite.kind}, {describe_schedule(suite.schedule)})")
+    line = f"serving {len(served)} suite(s) at scale {scale}: " + "; ".join(served)
+    if unscheduled:
+        line += f" — not served (no `schedule`): {', '.join(unscheduled)}"
+    return line
 
 
 def check_servable(folder: str | Path, scale: str = "demo") -> list[tuple[Path, Suite]]:

@@ -202,14 +202,22 @@ def serve_cmd(
     """Serve every scheduled suite, of any kind, as a Prefect deployment (blocks; Ctrl-C stops)."""
     from maserve_prefect import prefect_server
     from maserve_prefect.bench.fanout import Fanout
-    from maserve_prefect.bench.serve import check_servable, serve_suites
+    from maserve_prefect.bench.serve import check_servable, serve_suites, serving_line
 
+    console = Console()
     try:
         check_servable(suites, scale)  # bad or unscheduled suites fail before a server starts
         Fanout(workers, dask_address)
-        with prefect_server.connected(prefect_server.ensure_server()):
+        console.print(serving_line(suites, scale), highlight=False, soft_wrap=True)
+        server = prefect_server.ensure_server(
+            announce=lambda line: console.print(line, highlight=False, soft_wrap=True)
+        )
+        with prefect_server.connected(server):
+            where = f"UI {server.ui_url}" if server.ui_url else f"API {server.url}"
+            console.print(f"runs appear in Prefect ({where}); Ctrl-C stops serving",
+                          highlight=False, soft_wrap=True)  # fmt: skip
             served = serve_suites(suites, scale, limit=limit, schedule_every_s=schedule_every_s,
                                   workers=workers, dask_address=dask_address)  # fmt: skip
     except MaserveError as exc:
         fail(str(exc))
-    Console().print(f"stopped serving {', '.join(served)}")
+    console.print(f"stopped serving {', '.join(served)}")

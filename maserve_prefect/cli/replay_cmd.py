@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict
@@ -160,10 +161,11 @@ def _replay_flow(work: Callable[[], ScenarioReport]) -> Any:
 
 def run_replay(sc: Scenario, *, prefect: bool) -> ScenarioReport:
     """Run the scenario and build its report; with `prefect`, inside one `maserve-replay` flow
-    run that keeps a progress artifact and publishes every table (needs a Prefect API)."""
-    from maserve_prefect.metrics.report import Progress
+    run that keeps a progress artifact and publishes every table and plot (needs a Prefect
+    API)."""
+    from maserve_prefect.metrics.report import Progress, publish_plots
     from maserve_prefect.replay.arms import ArmResult, run_scenario
-    from maserve_prefect.replay.report import publish_replay, report_scenario
+    from maserve_prefect.replay.report import publish_replay, report_scenario, write_plots
 
     if not prefect:
         return report_scenario(run_scenario(sc, prefect=False))
@@ -181,6 +183,9 @@ def run_replay(sc: Scenario, *, prefect: bool) -> ScenarioReport:
 
         rep = report_scenario(run_scenario(sc, prefect=True, on_arm=on_arm))
         publish_replay(rep)
+        with tempfile.TemporaryDirectory(prefix="maserve-plots-") as tmp:  # the plots, in the UI
+            publish_plots(write_plots(rep.result, rep.metrics, Path(tmp)),
+                          prefix=f"maserve-replay-{sc.name}")  # fmt: skip
         box.append(rep)
         return rep
 

@@ -226,7 +226,9 @@ def run_cmd(
         if dest.exists() and not force and (not dest.is_dir() or any(dest.iterdir())):
             raise ConfigError(f"--out {dest} exists and is not empty; pass --force to replace it")
         with console.status("connecting to Prefect…"):
-            server = prefect_server.ensure_server()
+            server = prefect_server.ensure_server(
+                announce=lambda line: console.print(line, highlight=False, soft_wrap=True)
+            )
         with open_ledger(ledger_url) as ledger, prefect_server.connected(server):
             tid = trace_id or unique_trace_id(ledger, f"{wf.name}-{b.binding_id}-s{seed}-u{users}")
             with (
@@ -258,6 +260,12 @@ def run_cmd(
             console.print(
                 f"trace {tid} → {written}{partial}  (Prefect API {server.url})", highlight=False
             )
+            if server.ui_url is not None and run.parent_flow_run_id is not None:
+                console.print(
+                    f"Prefect UI: {server.ui_url}/runs/flow-run/{run.parent_flow_run_id}",
+                    highlight=False,
+                    soft_wrap=True,  # a URL is never broken across lines
+                )
             print_summary(console, run)
             if failed_op is not None:
                 print_failure(run.trace, failed_op, hint=not allow_failures)

@@ -4,8 +4,12 @@ The one idea: thin commands over `maserve_prefect.prefect_server`. `maserve run`
 server on demand; these commands let a user start it ahead of time (e.g. on a fixed port to open
 the API from elsewhere), check it, and stop it. Errors are one red line and exit code 1.
 
+The server serves the Prefect UI at its root URL unless started with `--no-ui` (or
+`MASERVE_PREFECT_UI=0`); the "View at …" links Prefect prints open there.
+
 Examples:
     maserve server start --port 4242
+    maserve server start --no-ui
     maserve server status
     maserve server stop
 """
@@ -44,6 +48,7 @@ def _table(info: prefect_server.ServerInfo) -> Table:
     table.add_row("home", str(info.home))
     if info.url is not None:
         table.add_row("url", info.url)
+        table.add_row("ui", info.ui_url or "[dim]off (--no-ui)[/]")
     if info.pid is not None:
         table.add_row("pid", str(info.pid))
     if info.uptime_s is not None:
@@ -60,17 +65,33 @@ def start_cmd(
         typer.Option(help=f"TCP port (default: ${prefect_server.ENV_PREFECT_PORT} or a free one)."),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to answer.")] = 90.0,
+    ui: Annotated[
+        bool | None,
+        typer.Option(
+            "--ui/--no-ui",
+            help=f"Serve the Prefect UI at the server's root URL (default: on; "
+            f"${prefect_server.ENV_PREFECT_UI}=0 turns it off).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the local Prefect server (or report the one already running)."""
     console = Console()
     try:
         before = prefect_server.status(home)
         with console.status("starting the Prefect server…"):
-            info = prefect_server.start(home, port, timeout_s=timeout)
+            info = prefect_server.start(home, port, timeout_s=timeout, ui=ui)
     except MaserveError as exc:
         _fail(str(exc))
     verb = "already running" if before.running and before.pid == info.pid else "started"
-    console.print(f"Prefect server {verb} at {info.url}", highlight=False)
+    where = f"{info.url}; UI {info.ui_url}" if info.ui_url else f"{info.url} (no UI)"
+    console.print(f"Prefect server {verb} at {where}", highlight=False)
+    if verb == "already running" and ui is not None and ui != info.ui:
+        console.print(
+            f"[yellow]note:[/] it was started {'with' if info.ui else 'without'} the UI; "
+            f"`maserve server stop` first to change that",
+            highlight=False,
+        )
     console.print(_table(info))
 
 

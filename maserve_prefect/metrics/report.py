@@ -19,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 import re
@@ -246,9 +247,17 @@ def _in_run() -> bool:
 
 
 def _jsonable(rows: Sequence[Row]) -> list[Row]:
+    """The rows as a table artifact holds them: floats rounded to 4 significant digits as the
+    terminal and markdown tables print them (`_fmt`), non-finite ones None, enums by value.
+
+    Examples:
+        >>> _jsonable([{"p50_s": 18.186142426918536, "n": 3, "x": float("nan")}])
+        [{'p50_s': 18.19, 'n': 3, 'x': None}]
+    """
+
     def conv(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
+        if isinstance(v, float):
+            return float(f"{v:.4g}") if math.isfinite(v) else None
         return v.value if hasattr(v, "value") and not isinstance(v, int | float) else v
 
     return [{k: conv(v) for k, v in r.items()} for r in rows]
@@ -292,6 +301,54 @@ def publish_artifacts(
     )
     ids.append(_uuid(md))
     return ids
+
+
+def png_data_uri(path: str | Path) -> str:
+    """A PNG file as a `data:` URI (what an image artifact or a markdown image embeds).
+
+    Raises:
+        ConfigError: the file is not a PNG.
+    """
+    data = Path(path).read_bytes()
+    if not data.startswith(b"\x89PNG"):
+        raise ConfigError(f"{path}: not a PNG file; plots are published as PNG images")
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def publish_plots(paths: Sequence[str | Path], *, prefix: str = "maserve") -> list[UUID]:
+    """Publish PNG plots so the Prefect UI shows them: one markdown artifact per plot, the
+    image embedded as a `data:` URI (the UI's artifact pages render markdown images; the image
+    artifact type holds a URL the browser must fetch, and these PNGs are local files).
+
+    Keys are `"{prefix}-plot-{file stem}"`; outside a flow or task run this is a no-op.
+
+    Examples:
+        >>> publish_plots([])
+        []
+    """
+    if not _in_run():
+        log.debug("publish_plots: not inside a Prefect flow/task run; nothing published")
+        return []
+    from prefect.artifacts import create_markdown_artifact
+
+    ids = []
+    for path in paths:
+        stem = Path(path).stem
+        text = f"### {stem.replace('_', ' ')}\n\n![{stem}]({png_data_uri(path)})"
+        key = artifact_key(f"{prefix}-plot-{stem}")
+        ids.append(_uuid(create_markdown_artifact(text, key=key, description=f"plot: {stem}")))
+    return ids
+
+
+def publish_table(rows: Sequence[Row], *, key: str, description: str) -> UUID | None:
+    """One table artifact (numbers rounded as printed); None outside a flow or task run."""
+    if not _in_run():
+        return None
+    from prefect.artifacts import create_table_artifact
+
+    return _uuid(
+        create_table_artifact(_jsonable(rows), key=artifact_key(key), description=description)
+    )
 
 
 class Progress:

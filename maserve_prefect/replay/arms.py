@@ -28,6 +28,7 @@ deadline attainment, roots by status); across blocks an arm is summarized by the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Mapping
@@ -235,6 +236,13 @@ def _arm_flow() -> Any:
         result = _JOBS[job]()
         result.flow_run_id = str(flow_run.id)
         s = result.summary
+        from maserve_prefect.metrics.report import publish_table
+
+        publish_table(  # the arm's own figures on its flow run's Artifacts tab
+            [dataclasses.asdict(s)],
+            key=f"maserve-replay-{scenario}-{arm}-b{block}",
+            description=f"arm {arm}, block {block}",
+        )
         return {
             "arm": s.arm,
             "block": s.block,

@@ -106,6 +106,7 @@ class Harness:
         self.key = f"h{next(_KEYS)}"
         self._cancelled = threading.Event()
         self.flow_run_ids: list[str] = []  # the run's root flow runs, in start order
+        self.parent_flow_run_id: str | None = None  # the run's own flow run, their parent
         if ledger is not None:
             ledger.begin_run(manifest)
 

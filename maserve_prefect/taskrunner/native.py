@@ -56,6 +56,8 @@ class NativeRun:
     meaningful_quality: bool = False
     cancelled: bool = False
     """The run was cancelled (`run_native(cancel=...)`): the trace holds what finished."""
+    parent_flow_run_id: str | None = None
+    """The run's parent flow run (`maserve-run`), whose subflows are the roots' flow runs."""
 
 
 class WorkflowInfo(Protocol):

@@ -11,7 +11,12 @@ import typer
 from bench_factories import write_hear_suite, write_pool_suite, write_suite
 from typer.testing import CliRunner
 
-from maserve_prefect.bench.serve import check_servable, scheduled_suites, suite_deployment
+from maserve_prefect.bench.serve import (
+    check_servable,
+    scheduled_suites,
+    serving_line,
+    suite_deployment,
+)
 from maserve_prefect.cli import bench_cmd
 from maserve_prefect.errors import ConfigError
 
@@ -169,9 +174,9 @@ def test_scheduled_suites_become_deployments_of_the_suite_flow(tmp_path: Path) -
 
 
 def test_the_shipped_suites_folder_is_servable() -> None:
-    """`maserve bench serve` (default folder) and `deployments/serve.py` find every finding
-    suite scheduled (the pool and HEAR suites have no schedule): daily crons, staggered so one
-    runs at a time, at demo scale by default."""
+    """`maserve bench serve` (default folder) and `deployments/serve.py` serve a suite of every
+    kind (the four finding suites, the HEAR and pool suites): daily crons, staggered so one runs
+    at a time, at demo scale by default; the startup line names each with its kind and time."""
     assert (REPO / bench_cmd.DEFAULT_SUITES).resolve() == SHIPPED
     suites = check_servable(SHIPPED)
     assert [s.name for _, s in suites] == [
@@ -179,9 +184,18 @@ def test_the_shipped_suites_folder_is_servable() -> None:
         "finding-kv-budget",
         "finding-rate-sweep",
         "finding-request-limit",
+        "hear-mooncake",
+        "hear-role-modes",
+        "hear-scbench",
+        "pool-hetero",
     ]
+    assert {s.kind for _, s in suites} == {"replay", "hear", "pool"}
     deps = [suite_deployment(p, s) for p, s in suites]
     crons = [getattr(d.schedules[0].schedule, "cron", None) for d in deps]
     assert all(c is not None and c.endswith(" * * *") for c in crons)  # daily
     assert len(set(crons)) == len(crons)
+    line = serving_line(SHIPPED)
+    assert line.startswith("serving 8 suite(s) at scale demo: finding-barrier (replay, daily 03:00")
+    assert "pool-hetero (pool, daily 04:10 UTC)" in line and "hear-scbench (hear, daily" in line
+    assert "not served (no `schedule`): conformance-replay-native" in line
     assert {d.parameters["scale"] for d in deps} == {"demo"}

@@ -84,7 +84,7 @@ def test_run_suite_is_one_flow_run_with_artifacts(tmp_path: Path, prefect_api: N
     assert res.flow_run_id is not None and replay_detail(res).work_ok  # lateness: wall clock
     assert len(res.tables()["arms"]) == 2
 
-    async def read() -> tuple[str, str, set[str]]:
+    async def read() -> tuple[str, str, set[str], list[str]]:
         async with get_client() as client:
             run = await client.read_flow_run(res.flow_run_id)  # type: ignore[arg-type]
             flow = await client.read_flow(run.flow_id)
@@ -93,10 +93,11 @@ def test_run_suite_is_one_flow_run_with_artifacts(tmp_path: Path, prefect_api: N
                     key=ArtifactFilterKey(like_="maserve-suite-flowsuite")
                 )
             )
-            return flow.name, run.state_type.value, {a.key for a in arts if a.key}
+            return flow.name, run.state_type.value, {a.key for a in arts if a.key}, run.tags
 
-    name, state, keys = asyncio.run(read())
+    name, state, keys, tags = asyncio.run(read())
     assert (name, state) == ("maserve-suite", "COMPLETED")
+    assert "suite:flowsuite" in tags  # the UI filters a suite's runs by it
     assert {"maserve-suite-flowsuite-arms", "maserve-suite-flowsuite-conformance"} <= keys
     assert {f"maserve-suite-flowsuite-{t}" for t in (
         "completion-path", "stage-time", "attempts", "slo", "goodput", "engine", "replicas"

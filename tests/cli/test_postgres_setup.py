@@ -19,6 +19,7 @@ from maserve_prefect.trace.cas import MemoryStore
 from maserve_prefect.trace.ledger import Ledger
 
 RUN_TIMEOUT_S = 600
+URL = "http://127.0.0.1:4242/api"  # a managed server's API URL, for its environment
 
 
 @pytest.mark.slow
@@ -55,11 +56,19 @@ def test_prefect_server_and_ledger_both_on_postgresql(
     dsn = f"host=127.0.0.1 port={local_postgres.port} user=maserve dbname=shared_prefect"
     with psycopg.connect(dsn) as conn:
         flow_run = conn.execute("SELECT count(*) FROM flow_run").fetchone()
+        # the ops' task runs: those of the roots' flow runs (the run's parent flow run holds
+        # one more per root, Prefect's link to the root's subflow; it is not an op)
         task_runs = conn.execute(
-            "SELECT count(*) FROM task_run WHERE state_type = 'COMPLETED'"
+            "SELECT count(*) FROM task_run t JOIN flow_run r ON t.flow_run_id = r.id "
+            "JOIN flow f ON r.flow_id = f.id "
+            "WHERE t.state_type = 'COMPLETED' AND f.name = 'maserve-root'"
+        ).fetchone()
+        trackers = conn.execute(
+            "SELECT count(*) FROM flow_run WHERE parent_task_run_id IS NOT NULL"
         ).fetchone()
     assert flow_run is not None and flow_run[0] >= 1
     assert task_runs is not None and task_runs[0] == len(ops)  # Prefect's history is in PostgreSQL
+    assert trackers is not None and trackers[0] == 2  # both roots are subflows of the run
 
 
 def test_managed_server_on_postgresql_waits_for_a_connection_instead_of_failing(
@@ -71,11 +80,13 @@ def test_managed_server_on_postgresql_waits_for_a_connection_instead_of_failing(
     monkeypatch.delenv("PREFECT_API_DATABASE_CONNECTION_URL", raising=False)
     for name in prefect_server.POSTGRES_POOL:
         monkeypatch.delenv(name, raising=False)
-    assert not set(prefect_server.POSTGRES_POOL) & set(prefect_server._server_env(tmp_path))
+    assert not set(prefect_server.POSTGRES_POOL) & set(
+        prefect_server._server_env(tmp_path, URL, True)
+    )
 
     monkeypatch.setenv("PREFECT_API_DATABASE_CONNECTION_URL", "postgresql+asyncpg://u@h/db")
     monkeypatch.setenv("PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_SIZE", "7")  # the user's own wins
-    env = prefect_server._server_env(tmp_path)
+    env = prefect_server._server_env(tmp_path, URL, True)
     assert env["PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_SIZE"] == "7"
     assert env["PREFECT_SERVER_DATABASE_SQLALCHEMY_MAX_OVERFLOW"] == "40"
     assert float(env["PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_TIMEOUT"]) >= 300

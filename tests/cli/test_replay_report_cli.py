@@ -246,7 +246,11 @@ def test_replay_with_prefect_publishes_tables_and_progress(
             return out
 
     arts = asyncio.run(read())
-    assert arts["__flows__"] == {"maserve-replay"}
+    # the replay's own flow run, and each arm's (its one-row summary table)
+    assert arts["__flows__"] == {"maserve-replay", "maserve-replay-arm"}
+    assert arts["maserve-replay-artsc-dag-b0"].type == "table"
+    plot = arts["maserve-replay-artsc-plot-latency-cdf"]  # the plots, as markdown images
+    assert plot.type == "markdown" and "data:image/png;base64," in str(plot.data)
     progress = arts["maserve-replay-artsc-progress"]
     assert progress.type == "progress" and float(progress.data) == 100.0
     for table in ("arms", "conformance", "completion-path", "stage-time", "attempts", "slo",

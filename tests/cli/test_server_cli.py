@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -79,6 +80,15 @@ def test_start_reuse_status_stop(home: Path) -> None:
     assert info["running"] is True
     assert prefect_server.api_healthy(str(info["url"]))
     assert (home / "server.log").exists()
+    # The UI is on by default, at the server's root, and told the server's own API URL (the
+    # "View at …" links Prefect prints open there).
+    assert info["ui"] is True
+    ui_url = str(info["url"]).removesuffix("/api")
+    assert f"UI {ui_url}" in result.output
+    page = httpx.get(f"{ui_url}/", timeout=10)
+    assert page.status_code == 200 and "<html" in page.text.lower()
+    settings = httpx.get(f"{ui_url}/ui-settings", timeout=10).json()
+    assert settings["api_url"] == info["url"]
 
     again = runner.invoke(app, ["start", "--home", str(home)])
     assert again.exit_code == 0, again.output
@@ -100,6 +110,7 @@ def test_two_commands_starting_at_once_share_one_server_and_stop_ends_it(home: P
     import subprocess
     import sys
 
+    env = {**os.environ, prefect_server.ENV_PREFECT_UI: "0"}  # the API alone: no UI
     code = (
         "import sys; from pathlib import Path; from maserve_prefect import prefect_server; "
         "print(prefect_server.start(Path(sys.argv[1]), timeout_s=120).pid)"
@@ -110,6 +121,7 @@ def test_two_commands_starting_at_once_share_one_server_and_stop_ends_it(home: P
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=env,
         )
         for _ in range(2)
     ]
@@ -118,7 +130,10 @@ def test_two_commands_starting_at_once_share_one_server_and_stop_ends_it(home: P
     pids = {int(out.strip()) for out, _ in outputs}
     assert len(pids) == 1, f"two servers started: {pids}"
     (pid,) = pids
-    assert status_json(home)["pid"] == pid
+    status = status_json(home)
+    assert status["pid"] == pid and status["ui"] is False
+    root = httpx.get(str(status["url"]).removesuffix("/api") + "/", timeout=10)
+    assert root.status_code == 404
 
     result = runner.invoke(app, ["stop", "--home", str(home)])
     assert result.exit_code == 0, result.output
@@ -134,7 +149,7 @@ def test_recording_api_keeps_a_configured_api_else_connects_the_managed_server(
     per-thread ephemeral servers); with an API configured it changes nothing."""
     started: list[str] = []
 
-    def fake_ensure() -> prefect_server.ServerInfo:
+    def fake_ensure(**_: object) -> prefect_server.ServerInfo:
         started.append("managed")
         return prefect_server.ServerInfo(home=tmp_path, running=True, url="http://127.0.0.1:9/api")
 

@@ -22,6 +22,8 @@ from maserve_prefect.metrics.report import (
     plot_path_bars,
     plot_root_gantt,
     publish_artifacts,
+    publish_plots,
+    publish_table,
     render_table,
     slo_rows,
 )
@@ -134,7 +136,7 @@ def test_outside_a_run_publishing_is_a_noop() -> None:
     assert p.artifact_id is None
 
 
-def test_artifacts_published_from_a_flow(prefect_api: None) -> None:
+def test_artifacts_published_from_a_flow(prefect_api: None, tmp_path: Path) -> None:
     from prefect import flow
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
@@ -151,12 +153,16 @@ def test_artifacts_published_from_a_flow(prefect_api: None) -> None:
         )
         progress.update(50.0)
         progress.update(150.0)  # clipped to 100
+        plot = plot_latency_cdf({"dag": [1.0, 2.0]}, tmp_path / "latency_cdf.png")
+        ids += publish_plots([plot], prefix="mtest")
+        one = publish_table([{"p50_s": 18.186142426918536}], key="mtest-arm", description="arm")
+        ids += [one] if one is not None else []
         ctx = FlowRunContext.get()
         assert ctx is not None and ctx.flow_run is not None
         return [str(i) for i in ids], str(ctx.flow_run.id)
 
     ids, run_id = report_flow()
-    assert len(ids) == 3
+    assert len(ids) == 5
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
@@ -164,7 +170,14 @@ def test_artifacts_published_from_a_flow(prefect_api: None) -> None:
     by_key = {a.key: a for a in arts}
     assert set(by_key) == {
         "mtest-root-latency", "mtest-paths", "mtest-report", "metrics-test-progress",
+        "mtest-plot-latency-cdf", "mtest-arm",
     }  # fmt: skip
+    # a plot reaches the UI as a markdown image (the PNG inline); numbers rounded as printed
+    plot_md = str(by_key["mtest-plot-latency-cdf"].data)
+    assert by_key["mtest-plot-latency-cdf"].type == "markdown"
+    assert "](data:image/png;base64,iVBORw0KGgo" in plot_md
+    assert by_key["mtest-arm"].type == "table" and "18.19" in str(by_key["mtest-arm"].data)
+    assert "18.186" not in str(by_key["mtest-arm"].data)
     assert by_key["mtest-root-latency"].type == "table"
     assert "r1" in str(by_key["mtest-root-latency"].data)
     report = str(by_key["mtest-report"].data)

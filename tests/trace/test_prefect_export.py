@@ -168,3 +168,44 @@ def test_disagreement_raises_with_the_diff() -> None:
     assert export.agreement.unlinked == (victim.task_run_id,)
     with pytest.raises(TraceValidationError, match="disagree"):
         export.check()
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_roots_are_named_tagged_subflows_of_one_parent_flow_run() -> None:
+    """What the Prefect UI shows of a native run: one parent flow run (named by the trace id)
+    whose subflows are the roots, each named `workflow/root · instance` and tagged; the parent's
+    tracking task runs are not ops (the ledger still agrees with Prefect one to one)."""
+    from maserve_prefect.flows.native import run_native
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentTaskRunId
+
+    ledger = Ledger("sqlite://", MemoryStore())
+    run = run_native("fork_join", users=2, seed=4, ledger=ledger, trace_id="ui-names-t1")
+    tid = run.trace.manifest.trace_id
+    assert wait_for_prefect(ledger, tid, timeout_s=90, poll_s=0.5).complete
+    assert export_from_prefect(ledger, trace_id=tid).agreement.ok
+    instances = {r.root_id: r.instance_id for r in run.roots}
+    with get_client(sync_client=True) as client:
+        roots = [client.read_flow_run(fid) for fid in run.flow_run_ids]
+        assert sorted(r.name for r in roots) == sorted(
+            f"fork_join/{rid} · {inst}" for rid, inst in instances.items()
+        )
+        tags = {"workflow:fork_join", "binding:math", "engine:sim", f"trace:{tid}"}
+        for r in roots:
+            assert tags <= set(r.tags), r.tags
+            assert r.parent_task_run_id is not None
+        trackers = [client.read_task_run(r.parent_task_run_id) for r in roots]  # type: ignore[arg-type]
+        parents = {t.flow_run_id for t in trackers}
+        assert len(parents) == 1 and None not in parents
+        (parent_id,) = parents
+        parent = client.read_flow_run(parent_id)  # type: ignore[arg-type]
+        assert parent.name == tid and parent.parent_task_run_id is None
+        assert run.parent_flow_run_id == str(parent_id)
+        assert tags <= set(parent.tags)
+        assert sorted(t.name for t in trackers) == sorted(r.name for r in roots)
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_task_run_id=FlowRunFilterParentTaskRunId(any_=[t.id for t in trackers])
+            )
+        )
+        assert {str(c.id) for c in children} == set(run.flow_run_ids)
