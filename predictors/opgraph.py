@@ -25,6 +25,7 @@ start the next wave as seats free up).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -124,11 +125,23 @@ def request_graph(
 ) -> RequestGraph:
     """Unroll `shape` into engine steps and total every operator type (module docstring).
 
+    The graph is built once per (model, device, shape, budget) in a process and shared: callers
+    read it, never change it. A pool suite's cost tables ask for every bucket of every model on
+    every device from two predictors (the formula's runtime and the graph predictor's
+    features), and unrolling a long prefill step by step was half of its demo's wall time.
+
     Args:
         model, gpu: catalog entries.
         shape: the request batch.
         max_num_batched_tokens: prefill chunk budget; default vLLM's for the device class.
     """
+    return _request_graph(model, gpu, shape, max_num_batched_tokens)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _request_graph(
+    model: ModelSpec, gpu: GpuSpec, shape: Shape, max_num_batched_tokens: int | None
+) -> RequestGraph:
     budget, max_seqs = default_batch_limits(gpu.memory_bytes, gpu.name)
     budget = max_num_batched_tokens or budget
     graph = RequestGraph()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from maserve_prefect.engines.openai.kv_events import KVEventSubscriber
+from maserve_prefect.engines.poolfile import PoolFile, default_pool_file
 from maserve_prefect.engines.vllm.server import VLLMServer
 from maserve_prefect.engines.vllm.server_config import VLLMServerConfig
 from maserve_prefect.engines.vllm.venv import build_tiny_model
@@ -64,6 +65,19 @@ def vllm_python() -> Path:
 def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight Llama folder with a locally trained byte-level BPE tokenizer."""
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama", vllm_python)
+
+
+OUTPUT_BUDGET = 256
+"""Output tokens per call in the integration tests' native runs (the pool file's `max_tokens`):
+the bindings' paper-length outputs (~2,600 tokens a call) make a 2-root run take minutes of a
+CPU core, and these tests are about agreement and exact counts, not length."""
+
+
+def budgeted_pool(tokens: int = OUTPUT_BUDGET) -> PoolFile:
+    """The default pool file with every deployment's output budget set to `tokens`."""
+    base = default_pool_file()
+    deployments = tuple(d.model_copy(update={"max_tokens": tokens}) for d in base.deployments)
+    return base.model_copy(update={"deployments": deployments})
 
 
 def server_config(model: Path, **overrides: object) -> VLLMServerConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import OUTPUT_BUDGET, budgeted_pool
 from maserve_prefect.flows.native import run_native
 
 from maserve_prefect.trace.cas import MemoryStore
@@ -14,7 +15,9 @@ from maserve_prefect.trace.prefect_export import read_task_runs, wait_for_prefec
 @pytest.mark.usefixtures("prefect_api")
 def test_fork_join_runs_natively_on_vllm_and_prefect_agrees(engine_url: str) -> None:
     ledger = Ledger("sqlite://", MemoryStore())
-    run = run_native("fork_join", users=2, seed=3, ledger=ledger, engine=engine_url)
+    run = run_native(
+        "fork_join", users=2, seed=3, ledger=ledger, engine=engine_url, pool=budgeted_pool()
+    )
     assert [r.error for r in run.roots] == [None, None]
     assert run.trace.manifest.engine == engine_url and run.pool is None
     tid = run.trace.manifest.trace_id
@@ -26,6 +29,7 @@ def test_fork_join_runs_natively_on_vllm_and_prefect_agrees(engine_url: str) -> 
         assert op.status is OpStatus.COMPLETED and op.attempt == 1
         # content_source="binding": the output length was drawn, locked, and honoured exactly.
         assert op.generation is not None and op.generation.min_tokens == op.num_output_tokens
+        assert op.num_output_tokens <= OUTPUT_BUDGET  # the pool file's output budget
         assert op.num_input_tokens > 0  # counted by the server's own tokenizer
         t = op.times
         assert t.ready_s is not None and t.submitted_s is not None and t.completed_s is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import budgeted_pool
 from maserve_prefect.flows.native import run_native
 
 from maserve_prefect.replay.conformance import audit
@@ -13,8 +14,9 @@ from maserve_prefect.trace.model import OpKind, OpStatus, Trace
 
 @pytest.fixture(scope="module")
 def sim_native() -> tuple[Trace, BlobStore]:
-    """A small native trace recorded on the simulator (sized for the tiny model's context)."""
-    run = run_native("four_call_selected", users=2, seed=1)
+    """A small native trace recorded on the simulator, its outputs within the integration tests'
+    budget (the replay re-generates every recorded output token on a CPU core)."""
+    run = run_native("four_call_selected", users=2, seed=1, pool=budgeted_pool())
     return run.trace, run.harness.store
 
 

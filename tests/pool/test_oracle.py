@@ -108,6 +108,15 @@ def test_the_search_beats_a_schedule_that_reloads_a_model_needlessly() -> None:
     assert found.makespan_s < seed.makespan_s
     assert found.source == "search" and found.num_improvements >= 1
     assert sum(e.action == "load" for e in found.result.lifecycle) == 2
+    # the same search finds the same schedule (the pool suite reports it as run)
+    again = oracle(wfs, [dev], seeds={"bad": seed}, max_evaluations=30)
+    assert (again.makespan_s, again.script, again.num_evaluated, again.num_improvements) == (
+        found.makespan_s,
+        found.script,
+        found.num_evaluated,
+        found.num_improvements,
+    )
+    assert again.result.lifecycle == found.result.lifecycle
 
 
 def test_the_oracle_refuses_a_warm_pool_and_states_its_size_limits() -> None:
