@@ -49,7 +49,7 @@ from maserve_prefect.spec.binding import Quality, TaskBinding
 from maserve_prefect.spec.io import spec_to_data
 from maserve_prefect.taskrunner.harness import Harness, activate, get_harness
 from maserve_prefect.taskrunner.lockstep import Gate, VirtualGate
-from maserve_prefect.taskrunner.native import NativeRun, RootResult
+from maserve_prefect.taskrunner.native import NativeRun, RootResult, raised_at
 from maserve_prefect.taskrunner.oprun import scope
 from maserve_prefect.taskrunner.runner import MAServeTaskRunner, mark_participant
 from maserve_prefect.taskrunner.wallgate import WallGate
@@ -493,14 +493,18 @@ def _root_body(
     arrival = harness.gate.now()
     quality: Quality | None = None
     error: str | None = None
+    where: str | None = None
     try:
         out = _start_root(root_id, instance_id, key)
         quality = out["quality"]
     except Exception as exc:  # a failed root is reported, the run goes on
         error = f"{type(exc).__name__}: {exc}"
+        where = raised_at(exc)
     finally:
         finish = harness.gate.now()
         with lock:
-            results[i] = RootResult(root_id, instance_id, arrival, finish, quality, error)
+            results[i] = RootResult(
+                root_id, instance_id, arrival, finish, quality, error, raised_at=where
+            )
         mark_participant(False)
         harness.gate.leave()

@@ -425,4 +425,6 @@ def print_summary(console: Console, run: NativeRun) -> None:
         # The root's own failed op says why; Prefect's flow-level error only says "not ready".
         ops = [o for o in latest if o.root_id == r.root_id and o.status is OpStatus.FAILED]
         why = f"op {ops[0].op_id}: {ops[0].error}" if ops else r.error
+        if not ops and r.raised_at:
+            why = f"{why} (raised at {r.raised_at})"
         console.print(f"[red]root {r.root_id} failed:[/] {why}", highlight=False)

@@ -42,6 +42,38 @@ class RootResult:
     finish_s: float
     quality: Quality | None
     error: str | None = None
+    raised_at: str | None = None
+    """Where a failed root's exception was raised: its innermost frames, innermost first
+    (`file:line function`; `raised_at`), for an error that names no op (e.g. a Prefect API
+    call that timed out)."""
+
+
+def raised_at(exc: BaseException, frames: int = 3) -> str:
+    """The innermost `frames` frames of `exc`'s traceback, innermost first, short paths.
+
+    Examples:
+        >>> def inner() -> None:
+        ...     raise ValueError("x")
+        >>> try:
+        ...     inner()
+        ... except ValueError as e:
+        ...     raised_at(e, 1)
+        '<doctest maserve_prefect.taskrunner.native.raised_at[0]>:2 inner'
+    """
+    import traceback
+
+    found = traceback.extract_tb(exc.__traceback__)[-frames:]
+    parts = []
+    for f in reversed(found):
+        path = f.filename
+        for marker in ("site-packages/", "maserve_prefect/", "flows/", "tasks/"):
+            if marker in path:
+                path = marker.rstrip("/") + "/" + path.split(marker, 1)[1]
+                if marker == "site-packages/":
+                    path = path.removeprefix("site-packages/")
+                break
+        parts.append(f"{path}:{f.lineno} {f.name}")
+    return " <- ".join(parts)
 
 
 @dataclass(slots=True)
