@@ -12,7 +12,12 @@ preemptions by class), then the conformance audit of every arm run (`replay.conf
 
 The engine is `--engine` when given, else the scenario file's `engine:` field (`sim` when the
 file has none): `sim` replays on the simulator in virtual time, `openai:URL[#MODEL]` on an
-OpenAI-compatible server in wall time.
+OpenAI-compatible server in wall time. `--mooncake FILE` replaces the scenario file with "replay
+this Mooncake JSONL on its timestamps" (`replay.scenario.mooncake_scenario`, the shipped
+`deployments/suites/scenarios/mooncake_replay.yaml` with that file). On a real server the
+capability probes run once, before the first drain; the `request latency` table gives TTFT,
+TPOT / ITL and e2e percentiles per arm run as the client saw them, beside the server's own
+histograms over the run and the client's TTFT overhead, and a line per arm run says it.
 
 With Prefect (the default; `--no-prefect` runs bare) the whole replay is one `maserve-replay`
 flow run on the managed or configured Prefect API, each arm run a nested `maserve-replay-arm`
@@ -35,6 +40,7 @@ Examples:
     maserve replay scenarios/fj_barrier.yaml --out out/fj_barrier --plots out/fj_barrier/plots
     maserve replay scenario.yaml --no-prefect --engine openai:http://127.0.0.1:8000
     maserve replay scenario.yaml --engine openai:https://gpu.example:8000 --api-key-env VLLM_KEY
+    maserve replay --mooncake requests.jsonl --engine openai:http://127.0.0.1:8000 --no-prefect
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ from rich.table import Table
 from maserve_prefect.cli.checks import EXIT_FAILED_WORK, check_out_dir
 from maserve_prefect.cli.run_cmd import ApiKeyEnv, fail
 from maserve_prefect.engines.target import parse_single_engine
-from maserve_prefect.errors import MaserveError
+from maserve_prefect.errors import ConfigError, MaserveError
 from maserve_prefect.replay.arms import ScenarioResult
 from maserve_prefect.replay.conformance import failure_reason
 from maserve_prefect.replay.report import ScenarioReport
@@ -145,6 +151,22 @@ def print_metrics(console: Console, rep: ScenarioReport) -> None:
             console.print(f"{name}: none in any arm run")
 
 
+def print_overhead(console: Console, rep: ScenarioReport) -> None:
+    """Per arm run on a server with latency histograms: the client's and the server's TTFT
+    means, the requests each side counted, and the client's overhead (their difference)."""
+    for m in rep.metrics:
+        client = m.requests.get("ttft")
+        srv = m.server.row() if m.server is not None else None
+        if client is None or srv is None or srv["ttft_mean_ms"] is None:
+            continue
+        console.print(
+            f"{m.arm} b{m.block}: TTFT mean {client.mean_ms:.1f} ms at the client "
+            f"({client.n} requests), {srv['ttft_mean_ms']:.1f} ms at the server "
+            f"(vllm:time_to_first_token_seconds, {srv['requests']:g} requests in the run): "
+            f"client overhead {client.mean_ms - srv['ttft_mean_ms']:.1f} ms"
+        )
+
+
 # -- running, with or without a `maserve-replay` Prefect flow run ------------------------------
 
 
@@ -195,7 +217,16 @@ def run_replay(sc: Scenario, *, prefect: bool) -> ScenarioReport:
 
 
 def replay_cmd(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    scenario: Annotated[
+        Path | None, typer.Argument(help="Scenario YAML file (or give --mooncake).")
+    ] = None,
+    mooncake: Annotated[
+        Path | None,
+        typer.Option(
+            help="Replay this Mooncake JSONL on its timestamps instead of a scenario file "
+            "(`replay.scenario.mooncake_scenario`; needs --engine for a real server)."
+        ),
+    ] = None,
     engine: Annotated[
         str | None,
         typer.Option(help="'sim' or 'openai:URL[#MODEL]'; default: the scenario's `engine:`."),
@@ -225,7 +256,7 @@ def replay_cmd(
 ) -> None:
     """Run a replay scenario's arms and print per-arm latency, metrics and the audit."""
     from maserve_prefect.replay.conformance import render
-    from maserve_prefect.replay.scenario import load_scenario
+    from maserve_prefect.replay.scenario import load_scenario, mooncake_scenario
 
     console = Console(width=130)
     try:
@@ -234,7 +265,16 @@ def replay_cmd(
         for path, what in ((out, "--out"), (plots, "--plots")):
             if path is not None:
                 check_out_dir(path, what)
-        sc = load_scenario(scenario)
+        if (scenario is None) == (mooncake is None):
+            raise ConfigError(
+                "give a scenario file or --mooncake FILE (one of them), e.g. maserve replay "
+                "--mooncake requests.jsonl --engine openai:http://127.0.0.1:8000"
+            )
+        if scenario is not None:
+            sc = load_scenario(scenario)
+        else:
+            assert mooncake is not None
+            sc = mooncake_scenario(mooncake)
         if engine is not None:
             sc = sc.model_copy(update={"engine": engine})
         if timeout is not None:
@@ -253,6 +293,7 @@ def replay_cmd(
                 rep = run_replay(sc, prefect=prefect)
         print_result(console, rep.result)
         print_metrics(console, rep)
+        print_overhead(console, rep)
         console.print(render(rep.conformance))
         if out is not None:
             write_outputs(out, rep)

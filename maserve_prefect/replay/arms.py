@@ -58,6 +58,8 @@ from maserve_prefect.trace.model import Trace
 from maserve_prefect.workloads.arrivals import ClosedLoopArrivals, ThinkTime, with_seed
 
 if TYPE_CHECKING:
+    from maserve_prefect.engines.openai.discovery import ServerInfo
+    from maserve_prefect.engines.openai.server_latency import Histogram, ServerWindow
     from maserve_prefect.engines.openai.wall import DrainReport
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "drain_engine",
     "lock_deadlines",
     "prepare_scenario",
+    "probe_engine",
     "root_class",
     "run_arm",
     "run_arm_unit",
@@ -80,12 +83,15 @@ __all__ = [
 @dataclass(slots=True)
 class ArmResult:
     """An arm run: its summary, the full replay (trace, pool, step records) and, on a real
-    engine, how draining the server went before it."""
+    engine, how draining the server went before it and the server's own latency histograms over
+    the run (`engines.openai.server_latency`: scraped after the drain and after the run; None
+    when the server shows none)."""
 
     summary: ArmSummary
     run: ReplayRun
     flow_run_id: str | None = None
     drain: DrainReport | None = None
+    server: ServerWindow | None = None
 
 
 class LockedDeadlines(NamedTuple):
@@ -107,6 +113,7 @@ class ScenarioResult:
     reference_latency_s: dict[str, list[float]]
     results: list[ArmResult] = field(default_factory=list)
     reference_state: str | None = None
+    server_info: ServerInfo | None = None
 
     def by_arm(self) -> dict[str, list[ArmResult]]:
         """Results grouped by arm name, in scenario arm order, blocks in order."""
@@ -172,7 +179,50 @@ def drain_engine(scenario: Scenario) -> DrainReport | None:
     )
 
 
-def lock_deadlines(scenario: Scenario, ts: TraceSet) -> LockedDeadlines:
+def probe_engine(scenario: Scenario) -> ServerInfo | None:
+    """Discover the scenario's real server once — its models and the capability probes (three
+    tiny completions, `engines.openai.discovery`) — before any drain, so that no probe reaches
+    the server during a measured arm (None on the simulator).
+
+    Raises:
+        EngineError: the server cannot be reached.
+        ConfigError: an unknown model, or several served and the engine names none.
+    """
+    target = parse_engine(scenario.engine)
+    if target.is_sim:
+        return None
+    from maserve_prefect.engines.openai.discovery import discover
+
+    limit = scenario.wall_timeout_s()
+    return discover(
+        target.base_url, model=target.model, timeout_s=min(limit or 30.0, 30.0),
+        **target.client_auth(),
+    )  # fmt: skip
+
+
+def _server_histograms(scenario: Scenario) -> dict[str, Histogram] | None:
+    """The real server's latency histograms now (None on the simulator or without them)."""
+    target = parse_engine(scenario.engine)
+    if target.is_sim:
+        return None
+    from maserve_prefect.engines.openai.server_latency import scrape_histograms
+
+    return scrape_histograms(target.base_url, **target.client_auth())
+
+
+def _wall_factory(scenario: Scenario, info: ServerInfo | None) -> Any:
+    """The replay's replica factory on the probed server (None: the driver's default, which
+    discovers the server itself)."""
+    if info is None:
+        return None
+    from maserve_prefect.engines.openai.wall import openai_replicas_factory
+
+    return openai_replicas_factory(parse_engine(scenario.engine), server_info=info)
+
+
+def lock_deadlines(
+    scenario: Scenario, ts: TraceSet, server_info: ServerInfo | None = None
+) -> LockedDeadlines:
     """Explicit deadlines plus reference-derived ones for the other classes (see module doc).
 
     The reference replays on `Scenario.reference_pool()` without any arm's overrides.
@@ -189,6 +239,7 @@ def lock_deadlines(scenario: Scenario, ts: TraceSet) -> LockedDeadlines:
     run = replay_trace(
         ts.trace,
         ts.store,
+        replicas_factory=_wall_factory(scenario, server_info),
         rule="dag",
         arrivals=ClosedLoopArrivals(1, ThinkTime("constant", 0.0)),
         pool_file=_pool_file(scenario, scenario.reference_pool()),
@@ -295,15 +346,24 @@ def check_deadline_classes(scenario: Scenario, ts: TraceSet) -> None:
 
 
 def run_arm(
-    scenario: Scenario, ts: TraceSet, arm: Arm, block: int, deadlines: Mapping[str, float]
+    scenario: Scenario,
+    ts: TraceSet,
+    arm: Arm,
+    block: int,
+    deadlines: Mapping[str, float],
+    server_info: ServerInfo | None = None,
 ) -> ArmResult:
-    """Replay one arm of one block without Prefect (a real server is drained first)."""
+    """Replay one arm of one block without Prefect (a real server is probed, unless
+    `server_info` holds what a probe found, and then drained; no probe runs during the arm)."""
     process = arrival_process(scenario.arrivals, num_targets=len(ts.targets()))
     seed = getattr(process, "seed", 0)
+    info = server_info if server_info is not None else probe_engine(scenario)
     drain = drain_engine(scenario)
+    before = _server_histograms(scenario)
     run = replay_trace(
         ts.trace,
         ts.store,
+        replicas_factory=_wall_factory(scenario, info),
         rule=arm.release,
         arrivals=with_seed(process, seed + block),
         barrier=arm_barrier(scenario, ts, arm),
@@ -316,11 +376,16 @@ def run_arm(
         engine=scenario.engine,
         timeout_s=scenario.wall_timeout_s(),
     )
+    server = None
+    if before is not None:
+        from maserve_prefect.engines.openai.server_latency import ServerWindow
+
+        server = ServerWindow.between(before, _server_histograms(scenario))
     state = SIM_INITIAL_STATE if drain is None else drain.describe()
     summary = summarize_arm(
         run, ts, scenario, deadlines, arm=arm.name, block=block, initial_state=state
     )
-    return ArmResult(summary, run, drain=drain)
+    return ArmResult(summary, run, drain=drain, server=server)
 
 
 def run_scenario(
@@ -357,7 +422,10 @@ def run_scenario(
     """
     result = prepare_scenario(scenario, loaded)
     for block, arm in arm_order(scenario):
-        res = run_arm_unit(scenario, result.trace_set, arm, block, result.deadlines_s, prefect)
+        res = run_arm_unit(
+            scenario, result.trace_set, arm, block, result.deadlines_s, prefect,
+            result.server_info,
+        )  # fmt: skip
         result.results.append(res)
         if on_arm is not None:
             on_arm(res)
@@ -375,8 +443,11 @@ def prepare_scenario(
     check_deadline_classes(scenario, ts)
     for arm in scenario.arms:
         arm_barrier(scenario, ts, arm)  # a bad barrier is refused before anything replays
-    deadlines, reference, reference_state = lock_deadlines(scenario, ts)
-    return ScenarioResult(scenario, ts, deadlines, reference, reference_state=reference_state)
+    info = probe_engine(scenario)  # once, before every drain: never during an arm
+    deadlines, reference, reference_state = lock_deadlines(scenario, ts, info)
+    return ScenarioResult(
+        scenario, ts, deadlines, reference, reference_state=reference_state, server_info=info
+    )
 
 
 def arm_order(scenario: Scenario) -> list[tuple[int, Arm]]:
@@ -396,12 +467,13 @@ def run_arm_unit(
     block: int,
     deadlines: Mapping[str, float],
     prefect: bool = True,
+    server_info: ServerInfo | None = None,
 ) -> ArmResult:
     """One arm run of one block: bare (`run_arm`) or as its `maserve-replay-arm` flow run (a
-    subflow of the flow or task run that calls it)."""
+    subflow of the flow or task run that calls it); `server_info`: the probed real server."""
     if not prefect:
-        return run_arm(scenario, ts, arm, block, deadlines)
-    return _run_in_flow(_arm_flow(), scenario, ts, arm, block, deadlines)
+        return run_arm(scenario, ts, arm, block, deadlines, server_info)
+    return _run_in_flow(_arm_flow(), scenario, ts, arm, block, deadlines, server_info)
 
 
 def _run_in_flow(
@@ -411,6 +483,7 @@ def _run_in_flow(
     arm: Arm,
     block: int,
     deadlines: Mapping[str, float],
+    server_info: ServerInfo | None = None,
 ) -> ArmResult:
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
@@ -418,7 +491,7 @@ def _run_in_flow(
     box: list[ArmResult] = []
 
     def work() -> ArmResult:
-        box.append(run_arm(scenario, ts, arm, block, deadlines))
+        box.append(run_arm(scenario, ts, arm, block, deadlines, server_info))
         return box[0]
 
     _JOBS[job] = work

@@ -23,12 +23,17 @@ is a report (not a timed test) of four checks on one `ReplayRun`:
    moment the engine client saw an op's last release predecessor complete (plus the op's
    external delay) to the op's release (`ReplayRun.release_lag_s`) — it includes the hop from
    the engine client to the driver.
-4. **Replay / native root latency**: when the native trace the replay came from is given, the
+4. **Schedule lag** on a real engine: per op released on the trace's schedule (a root's first
+   ops: root arrivals from the scenario's arrival process), the time its request was actually
+   sent (the engine client's send stamp, `Attempt.start_s`) minus its due time
+   (`ReplayRun.schedule_lag_s`) — what a load generator calls arrival lateness. Reported as
+   p50 / p99 / max in ms against the same goal; a run whose arrivals ran late does not pass.
+5. **Replay / native root latency**: when the native trace the replay came from is given, the
    per-root ratio of replay to native latency and its median (roots matched by id, or by id
    without the cohort prefix `"<cohort>/"` that multi-cohort trace sets add).
 
 `passed` is True when every op completed, the work matches, causal arms have no early releases and
-lateness p99 meets the goal; the ratio is informational (a replay under a different rule *should*
+lateness p99 and schedule lag p99 meet the goal; the ratio is informational (a replay under a different rule *should*
 differ).
 
 Examples:
@@ -86,6 +91,8 @@ class ConformanceReport:
         root_ratio_median: median of `root_ratio` (None without a native trace or matches).
         basis: what lateness measures — "driver reaction" (simulator runs) or "engine
             completion -> release" (wall-clock runs on a real engine).
+        num_scheduled / schedule_p50_ms / schedule_p99_ms / schedule_max_ms: ops released on
+            the trace's schedule and their send − due time (None off a real engine).
     """
 
     arm: str
@@ -104,6 +111,10 @@ class ConformanceReport:
     basis: str = "driver reaction"
     incomplete_ops: list[str] = field(default_factory=list)
     failed_ops: list[str] = field(default_factory=list)
+    num_scheduled: int = 0
+    schedule_p50_ms: float | None = None
+    schedule_p99_ms: float | None = None
+    schedule_max_ms: float | None = None
 
     @property
     def completed_ok(self) -> bool:
@@ -121,6 +132,11 @@ class ConformanceReport:
         return self.lateness_p99_ms is None or self.lateness_p99_ms <= self.goal_ms
 
     @property
+    def schedule_ok(self) -> bool:
+        """True when the schedule lag p99 meets the goal (or nothing ran on a schedule)."""
+        return self.schedule_p99_ms is None or self.schedule_p99_ms <= self.goal_ms
+
+    @property
     def work_ok(self) -> bool:
         """Every op completed, work kept, no early release on a causal arm: the checks that do
         not depend on how busy the machine was (lateness is a wall-clock figure)."""
@@ -128,8 +144,8 @@ class ConformanceReport:
 
     @property
     def passed(self) -> bool:
-        """`work_ok` and lateness in goal."""
-        return self.work_ok and self.lateness_ok
+        """`work_ok`, lateness and schedule lag in goal."""
+        return self.work_ok and self.lateness_ok and self.schedule_ok
 
     def row(self) -> dict[str, Any]:
         """A flat row for tables, JSON and Prefect artifacts."""
@@ -150,6 +166,10 @@ class ConformanceReport:
             "lateness_max_ms": self.lateness_max_ms,
             "goal_ms": self.goal_ms,
             "lateness_basis": self.basis,
+            "scheduled": self.num_scheduled,
+            "schedule_lag_p50_ms": self.schedule_p50_ms,
+            "schedule_lag_p99_ms": self.schedule_p99_ms,
+            "schedule_lag_max_ms": self.schedule_max_ms,
             "replay_native_ratio": self.root_ratio_median,
             "work_ok": self.work_ok,
             "passed": self.passed,
@@ -235,6 +255,19 @@ def wall_lateness_ms(run: ReplayRun) -> list[float]:
     ]
 
 
+def schedule_lag_ms(run: ReplayRun) -> list[float]:
+    """Per op released on the trace's schedule, sent − due in ms (empty off a real engine)."""
+    return [(went - due) * 1e3 for due, went in run.schedule_lag_s.values()]
+
+
+def _p50_p99_max(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    if not values:
+        return None, None, None
+    arr = np.asarray(values)
+    p50, p99 = (float(v) for v in np.percentile(arr, (50, 99)))
+    return p50, p99, float(arr.max())
+
+
 def root_ratios(replayed: Trace, native: Trace) -> dict[str, float]:
     """Replay / native latency per completed root present in both traces (see module doc)."""
     native_lat = {
@@ -268,11 +301,9 @@ def audit(run: ReplayRun, native_trace: Trace | None = None) -> ConformanceRepor
     checked, bad = token_mismatches(run.trace, run.source, frozenset(incomplete + failed))
     wall = run.pool is None and bool(run.release_lag_s)
     late = wall_lateness_ms(run) if wall else lateness_ms(run.release_wall_ns)
-    p50 = p99 = mx = None
-    if late:
-        arr = np.asarray(late)
-        p50, p99 = (float(v) for v in np.percentile(arr, (50, 99)))
-        mx = float(arr.max())
+    p50, p99, mx = _p50_p99_max(late)
+    sched = schedule_lag_ms(run)
+    s50, s99, smax = _p50_p99_max(sched)
     ratios = root_ratios(run.trace, native_trace) if native_trace is not None else {}
     return ConformanceReport(
         arm=str(run.notes.get("replay", {}).get("arm", run.trace.manifest.trace_id)),
@@ -290,6 +321,10 @@ def audit(run: ReplayRun, native_trace: Trace | None = None) -> ConformanceRepor
         basis="engine completion -> release" if wall else "driver reaction",
         incomplete_ops=incomplete,
         failed_ops=failed,
+        num_scheduled=len(sched),
+        schedule_p50_ms=s50,
+        schedule_p99_ms=s99,
+        schedule_max_ms=smax,
     )
 
 
@@ -304,10 +339,10 @@ def render(reports: list[ConformanceReport], *, title: str = "conformance audit"
         >>> render([]).row_count
         0
     """
-    table = Table(title=f"{title} (lateness on the driver's wall clock, goal p99 <= "
-                  f"{LATENESS_GOAL_MS:g} ms)")  # fmt: skip
+    table = Table(title=f"{title} (lateness on the driver's wall clock and schedule lag = "
+                  f"request sent - due, goal p99 <= {LATENESS_GOAL_MS:g} ms)")  # fmt: skip
     cols = ("arm", "rule", "ops", "incomplete", "failed", "token mismatch", "early", "p50 ms",
-            "p99 ms", "max ms", "replay/native", "verdict")  # fmt: skip
+            "p99 ms", "max ms", "sched p99 ms", "replay/native", "verdict")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="left" if col in ("arm", "rule", "verdict") else "right")
     for r in reports:
@@ -318,7 +353,7 @@ def render(reports: list[ConformanceReport], *, title: str = "conformance audit"
             r.arm, rule, str(r.num_ops_checked), str(len(r.incomplete_ops)),
             str(len(r.failed_ops)), str(len(r.token_mismatches)),
             str(r.num_early_releases), _ms(r.lateness_p50_ms), _ms(r.lateness_p99_ms),
-            _ms(r.lateness_max_ms), ratio, verdict,
+            _ms(r.lateness_max_ms), _ms(r.schedule_p99_ms), ratio, verdict,
         )  # fmt: skip
     return table
 
@@ -337,4 +372,8 @@ def failure_reason(r: ConformanceReport) -> str:
         reasons.append("early releases")
     if not r.lateness_ok:
         reasons.append("late releases")
+    if not r.schedule_ok:
+        reasons.append(
+            f"late arrivals (schedule lag p99 {r.schedule_p99_ms:.3f} ms > {r.goal_ms:g} ms)"
+        )
     return ", ".join(reasons)

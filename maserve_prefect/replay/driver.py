@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +89,9 @@ class ReplayRun:
             engine observed it, when the op was released), on the run's clock: on a real engine
             the release lateness includes the hop from the engine's completion to the driver.
         num_incomplete_ops: ops that never completed (a real-engine replay that timed out).
+        schedule_lag_s: per op released on the trace's schedule (a root's first ops), (due
+            time, when it went out: its request's send on a real engine), on the run's clock:
+            the arrival lateness of wall runs (`replay.conformance`).
         pool: the simulated pool, or None on a real engine.
     """
 
@@ -106,6 +110,7 @@ class ReplayRun:
     release_wall_ns: dict[str, tuple[int, int]] = field(default_factory=dict)
     release_lag_s: dict[str, tuple[float, float]] = field(default_factory=dict)
     num_incomplete_ops: int = 0
+    schedule_lag_s: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def root_status(self) -> dict[str, RootStatus]:
         """Root id → its status in this replay (`metrics.task`: failed if an answer op failed,
@@ -286,6 +291,7 @@ def _finish(
         release_wall_ns=dict(drv.wall_ns),
         release_lag_s=dict(drv.release_lag),
         num_incomplete_ops=len(stuck),
+        schedule_lag_s=drv.schedule_lag() if pool is None else {},
     )
 
 
@@ -328,8 +334,14 @@ def _replay_wall(
                 drv, source, order, rule, lock, name, timed_out, None, 0.0, engine=str(target)
             )
         try:
+            for replica in replicas:  # an engine that opens connections: before the clock runs
+                warmed = getattr(replica, "warmed", None)
+                if warmed is not None:
+                    await warmed()
             check_capabilities(replicas, lock)
-            drv = ReleaseDriver(source, store, rule, clock, lambda: replicas, pool_file, plan, lock)
+            drv = ReleaseDriver(
+                source, store, rule, clock, lambda: replicas, pool_file, plan, lock, wall=True
+            )
             all_done = clock.create_future()
 
             def all_finished() -> None:
@@ -357,6 +369,11 @@ def _replay_wall(
     # a measurement, so it hands the GIL over more often for its duration.
     switch = sys.getswitchinterval()
     sys.setswitchinterval(min(switch, WALL_SWITCH_INTERVAL_S))
+    # A full collection over everything the process holds (Prefect, pydantic, the trace set) can
+    # stall the loop for tens of milliseconds — a late arrival, a late first-token stamp. What
+    # exists before the run is frozen out of the collector for its duration.
+    gc.collect()
+    gc.freeze()
     try:
         try:
             asyncio.get_running_loop()
@@ -366,6 +383,7 @@ def _replay_wall(
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="maserve-replay") as ex:
             return ex.submit(asyncio.run, drive()).result()
     finally:
+        gc.unfreeze()
         sys.setswitchinterval(switch)
 
 

@@ -7,6 +7,8 @@ on the simulator, its per-step records) by the library functions of `maserve_pre
 once per arm run, and `replay.report` only renders them (its module docstring says what
 each table covers).
 
+Request level, over the model calls of the measured roots: TTFT, TPOT / ITL and e2e latency
+(`metrics.request`), and on a real server its own histograms over the run (`ArmResult.server`).
 Task level, over the measured roots: root latencies and completion paths (`metrics.task`,
 `metrics.path`), stage times, attempts, SLO attainment of the classes with a locked deadline, the
 arrival-window goodput over the declared `T` and the drain-inclusive timely rate over
@@ -18,6 +20,7 @@ batch, prefill factor, co-batching and preemptions (`metrics.engine`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from maserve_prefect.metrics.engine import (
     PrefillFactor,
@@ -32,6 +35,7 @@ from maserve_prefect.metrics.engine import (
     step_intensity,
 )
 from maserve_prefect.metrics.path import RootPath, path_ledger
+from maserve_prefect.metrics.request import LatencyStats, request_latencies
 from maserve_prefect.metrics.slo import ClassAttainment, attainment, task_goodput, timely_rate
 from maserve_prefect.metrics.task import (
     AttemptSummary,
@@ -46,6 +50,9 @@ from maserve_prefect.replay.arm_summary import measured_roots
 from maserve_prefect.replay.arms import ArmResult, ScenarioResult
 from maserve_prefect.replay.window import declared_window
 from maserve_prefect.trace.model import Trace
+
+if TYPE_CHECKING:
+    from maserve_prefect.engines.openai.server_latency import ServerWindow
 
 __all__ = ["ArmMetrics", "arm_metrics", "scenario_metrics"]
 
@@ -76,6 +83,8 @@ class ArmMetrics:
     prefill: PrefillFactor | None = None
     co_batching: dict[str, dict[str, float]] = field(default_factory=dict)
     preemptions: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, LatencyStats | None] = field(default_factory=dict)
+    server: ServerWindow | None = None
 
     @property
     def kv_memory_time_byte_s(self) -> float | None:
@@ -137,6 +146,8 @@ def arm_metrics(result: ScenarioResult, arm: ArmResult) -> ArmMetrics:
         goodput_per_s=goodput,
         timely_rate_per_s=timely,
         num_accelerators=None,
+        requests=request_latencies(run.trace, keep),
+        server=arm.server,
     )
     if run.pool is None:
         return out

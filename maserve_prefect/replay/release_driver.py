@@ -42,7 +42,11 @@ from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpKind, OpRecord, OpStatus, Trace
 from maserve_prefect.trace.release import ReleaseRule, release_predecessors
 
-__all__ = ["Realized", "ReleaseDriver"]
+__all__ = ["WAKE_LEAD_S", "Realized", "ReleaseDriver"]
+
+WAKE_LEAD_S = 0.0015
+"""How early a wall-clock arrival timer fires; the rest is waited out on the clock (see
+`ReleaseDriver.schedule_root`)."""
 
 
 @dataclass(slots=True)
@@ -75,9 +79,12 @@ class ReleaseDriver:
         pool_file: PoolFile,
         plan: str,
         lock: InputLock,
+        *,
+        wall: bool = False,
     ) -> None:
         self.trace, self.store, self.rule, self.lock = trace, store, rule, lock
         self.clock = clock
+        self.wall = wall
         self.pool_file = pool_file
         self.dispatcher = Dispatcher(replicas, clock.now, plan)
         self.ops = trace.op_index()
@@ -106,6 +113,10 @@ class ReleaseDriver:
         # it, the release time), both on the run's clock: the release lateness of wall runs.
         self.release_lag: dict[str, tuple[float, float]] = {}
         self.pred_done: dict[str, float] = {}
+        # The schedule: per root its due arrival, per op released on it (a root's first ops) the
+        # due release time; the audit compares it with when the request was sent.
+        self.due_arrival: dict[str, float] = {}
+        self.due_release: dict[str, float] = {}
         # Built up front so a bad op fails before the clock starts, naming the op.
         self.requests = {
             op_id: model_request(op, pool_file.resolve(deployment_of(op)), lock, store)
@@ -116,7 +127,23 @@ class ReleaseDriver:
     # -- roots -----------------------------------------------------------------------------
 
     def schedule_root(self, root_id: str, t: float) -> None:
-        self.clock.call_at(t, lambda: self._arrive(root_id), URGENT, f"arrival {root_id}")
+        """Let `root_id` arrive at `t` on the run's clock (its due arrival).
+
+        On the wall clock the timer is set `WAKE_LEAD_S` early and the rest is waited out on
+        the clock itself: the event loop's timers wake up to a millisecond late (epoll rounds
+        its timeout up to whole milliseconds), which would be the schedule's lateness.
+        """
+        self.due_arrival[root_id] = t
+        if not self.wall:
+            self.clock.call_at(t, lambda: self._arrive(root_id), URGENT, f"arrival {root_id}")
+            return
+
+        def on_time() -> None:
+            while self.clock.now() < t:  # at most WAKE_LEAD_S: a short spin, never a sleep
+                pass
+            self._arrive(root_id)
+
+        self.clock.call_at(t - WAKE_LEAD_S, on_time, URGENT, f"arrival {root_id}")
 
     def _arrive(self, root_id: str) -> None:
         now = self.clock.now()
@@ -125,11 +152,17 @@ class ReleaseDriver:
         if not self.remaining.get(root_id):
             self._root_done(root_id)
             return
+        due = self.due_arrival.get(root_id, now)
         for op_id in self.by_root[root_id]:
             if self.waiting[op_id] == 0:
                 self.trigger[op_id] = (time.perf_counter_ns(), now)
                 self.pred_done[op_id] = now
-                self._schedule_release(op_id, now + self._first_offset(op_id))
+                offset = self._first_offset(op_id)
+                self.due_release[op_id] = due + offset
+                if self.wall and offset <= 0.0:
+                    self._release(op_id)  # due now: no second trip through the event loop
+                else:
+                    self._schedule_release(op_id, now + offset)
 
     def _first_offset(self, op_id: str) -> float:
         op = self.ops[op_id]
@@ -195,6 +228,8 @@ class ReleaseDriver:
             rec.submitted_s, rec.replica = t, replica
 
         def done(out: Outcome) -> None:
+            if out.attempts:  # a real engine: submitted when its first attempt was sent
+                rec.submitted_s = out.attempts[0].start_s
             rec.first_scheduled_s, rec.first_token_s = out.first_scheduled_s, out.first_token_s
             rec.num_input_tokens, rec.num_output_tokens = (
                 out.num_prompt_tokens,
@@ -208,6 +243,18 @@ class ReleaseDriver:
 
         self.wall_ns[op_id] = (trigger_ns, time.perf_counter_ns())
         self.dispatcher.on_ready(unit, request, on_done=done, on_submitted=submitted)
+
+    def schedule_lag(self) -> dict[str, tuple[float, float]]:
+        """Per op released on the schedule (a root's first ops): (due release time, when it
+        went out: its request's send for a model op, its release for any other), on the run's
+        clock; ops never sent are left out."""
+        out: dict[str, tuple[float, float]] = {}
+        for op_id, due in self.due_release.items():
+            rec = self.realized[op_id]
+            went = rec.submitted_s if self.ops[op_id].kind is OpKind.MODEL else rec.ready_s
+            if went is not None:
+                out[op_id] = (due, went)
+        return out
 
     def _complete(self, op_id: str, observed_s: float | None = None) -> None:
         """Op `op_id` completed: now on this clock; `observed_s` when the engine saw it end."""

@@ -8,6 +8,11 @@ rows (one table per metric, one row per arm and block, or per arm, block and cla
 
 Tables (`metric_tables` keys):
 
+- **request latency**: per arm run and figure, the model calls of the measured roots as a load
+  generator reports them (`metrics.request`: TTFT, TPOT / ITL, e2e; requests, mean, p50 / p90 /
+  p99 in ms, source `client`); on a vLLM server also the server's own histograms over the run
+  (source `server /metrics`: TTFT, ITL, e2e, bucket-interpolated percentiles) and the client's
+  TTFT overhead (source `client - server`: the difference of the two TTFT means).
 - **completion path**: measured completed roots, mean root latency and the mean share of root
   latency per completion-path segment (`metrics.path.path_ledger`, `path_shares`).
 - **stage time**: per stage name, stage instances of measured roots, finished ones, mean and
@@ -199,6 +204,38 @@ def _preemption_rows(m: ArmMetrics) -> list[Row]:
     ]
 
 
+def _request_rows(m: ArmMetrics) -> list[Row]:
+    base = {"arm": m.arm, "block": m.block}
+    rows: list[Row] = []
+    for key, st in m.requests.items():
+        figs = (None,) * 5 if st is None else (st.n, st.mean_ms, st.p50_ms, st.p90_ms, st.p99_ms)
+        rows.append(
+            base | {"source": "client", "metric": key} | dict(zip(_REQ_COLS, figs, strict=True))
+        )
+    if m.server is None:
+        return rows
+    srv = m.server.row()
+    for key in ("ttft", "itl", "e2e"):
+        rows.append(
+            base
+            | {"source": "server /metrics", "metric": key, "requests": srv["requests"]}
+            | {c: srv[f"{key}_{c}"] for c in _REQ_COLS[1:]}
+        )
+    client = m.requests.get("ttft")
+    if client is not None and srv["ttft_mean_ms"] is not None:
+        over = client.mean_ms - srv["ttft_mean_ms"]
+        rows.append(
+            base
+            | {"source": "client - server", "metric": "ttft", "requests": None}
+            | dict.fromkeys(_REQ_COLS[1:])
+            | {"mean_ms": over}
+        )
+    return rows
+
+
+_REQ_COLS = ("requests", "mean_ms", "p50_ms", "p90_ms", "p99_ms")
+
+
 def metric_tables(metrics: Iterable[ArmMetrics]) -> dict[str, list[Row]]:
     """Report name → rows over every arm run (see the module docstring).
 
@@ -206,10 +243,11 @@ def metric_tables(metrics: Iterable[ArmMetrics]) -> dict[str, list[Row]]:
 
     Examples:
         >>> sorted(metric_tables([]))
-        ['attempts', 'completion path', 'goodput', 'slo', 'stage time']
+        ['attempts', 'completion path', 'goodput', 'request latency', 'slo', 'stage time']
     """
     ms = list(metrics)
     tables: dict[str, list[Row]] = {
+        "request latency": [row for m in ms for row in _request_rows(m)],
         "completion path": [_path_row(m) for m in ms],
         "stage time": [row for m in ms for row in _stage_rows(m)],
         "attempts": [row for m in ms for row in _attempt_rows(m)],

@@ -8,6 +8,8 @@ computed and locked once, before any arm runs). Errors name the file and the fie
     name: fj-barrier
     cohorts:                       # one or more trace sets; several get id prefixes "<name>/"
       - {name: target, role: target, bundle: out/fj}             # a bundle folder, or:
+      # - {name: mc, mooncake: requests.jsonl}  # a Mooncake JSONL (arrivals: {kind: trace},
+      #                                         # lock: length), or:
       - {name: bg, role: background, native: {workflow: fork_join, users: 4, seed: 1}}
       # native: {..., pool: my_pool.yaml} realizes on that pool (default: the shipped one)
     placement: interleaved         # target roots spread over the slots, or `clustered`,
@@ -100,17 +102,21 @@ class NativeRecipe(_Model):
 
 
 class Cohort(_Model):
-    """A trace set: a bundle folder or a native-run recipe; `role` target or background."""
+    """A trace set: a bundle folder, a native-run recipe, or a Mooncake JSONL request trace
+    (`mooncake`: one single-call root per row, arriving at its `timestamp`,
+    `trace.mooncake.import_mooncake`; a row that does not import is an error naming its line);
+    `role` target or background."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     role: Literal["target", "background"] = "target"
     bundle: Path | None = None
     native: NativeRecipe | None = None
+    mooncake: Path | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> Cohort:
-        if (self.bundle is None) == (self.native is None):
-            raise ValueError("give exactly one of `bundle` or `native`")
+        if sum(x is not None for x in (self.bundle, self.native, self.mooncake)) != 1:
+            raise ValueError("give exactly one of `bundle`, `native` or `mooncake`")
         return self
 
 
@@ -446,3 +452,40 @@ def parse_scenario(
         loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
         more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"scenario {source}: {loc}: {first['msg']}{more}") from None
+
+
+MOONCAKE_ARM = "schedule"
+"""The arm of `mooncake_scenario`: every request sent at its row's timestamp."""
+
+
+def mooncake_scenario(
+    path: str | Path, engine: str = "sim", *, timeout_s: float | None = None
+) -> Scenario:
+    """ "Replay this Mooncake file on its timestamps": the scenario `maserve replay --mooncake`
+    runs, the same as the shipped `deployments/suites/scenarios/mooncake_replay.yaml` with
+    another file.
+
+    One cohort read from the JSONL (`Cohort.mooncake`: one single-call root per row), roots
+    arriving at their `timestamp`s (`arrivals: {kind: trace}`, the first at 0), lengths locked
+    (`lock: length`: prompts synthesized from `input_length` and `hash_ids`, outputs held at
+    `output_length`), the server drained and its prefix cache reset before the arm, and one arm
+    whose rule releases each request as its root arrives (`release: dag`).
+
+    Examples:
+        >>> s = mooncake_scenario("/data/requests.jsonl", "openai:http://127.0.0.1:8000")
+        >>> s.name, s.cohorts[0].mooncake.name, s.arrivals.kind, s.lock, s.arms[0].name
+        ('mooncake-requests', 'requests.jsonl', 'trace', 'length', 'schedule')
+    """
+    path = Path(path)
+    data: dict[str, Any] = {
+        "name": f"mooncake-{path.stem}",
+        "engine": engine,
+        "cohorts": [{"name": "mooncake", "mooncake": str(path.resolve())}],
+        "arrivals": {"kind": "trace"},
+        "lock": "length",
+        "initial_state": "drained",
+        "arms": [{"name": MOONCAKE_ARM, "release": "dag"}],
+    }
+    if timeout_s is not None:
+        data["timeout_s"] = timeout_s
+    return parse_scenario(data, source=f"--mooncake {path}", base_dir=path.parent)

@@ -231,9 +231,36 @@ def realization_pool(scenario: Scenario, cohort: Cohort) -> Path | None:
     return arm_pools[0] if arm_pools else None
 
 
+def load_mooncake(path: Path) -> Trace:
+    """A Mooncake JSONL file as a trace; every row must import (warnings such as zero lengths are
+    kept in the manifest notes, as the import records them).
+
+    Raises:
+        TraceImportError: the file cannot be read, or a row was rejected (file, line, why).
+    """
+    from maserve_prefect.errors import TraceImportError
+    from maserve_prefect.trace.mooncake import import_mooncake
+
+    res = import_mooncake(path)
+    if res.rejected:
+        first = res.rejected[0]
+        raise TraceImportError(
+            f"{path}:{first.line}: {first.reason}: {first.detail} ({len(res.rejected)} of "
+            f"{res.num_rows} rows rejected); fix or drop the row(s): a replay of a request "
+            "file replays every row"
+        )
+    return res.trace
+
+
 def load_cohort(scenario: Scenario, cohort: Cohort) -> tuple[Trace, BlobStore]:
-    """The cohort's trace and payload store: its bundle imported, or its native recipe run
-    (on `realization_pool`)."""
+    """The cohort's trace and payload store: its bundle or Mooncake file imported, or its native
+    recipe run (on `realization_pool`).
+
+    Raises:
+        TraceImportError: a Mooncake row does not import (the message names the file and line).
+    """
+    if cohort.mooncake is not None:
+        return load_mooncake(scenario.path(cohort.mooncake)), MemoryStore()
     if cohort.bundle is not None:
         from maserve_prefect.trace.bundle import import_bundle
 

@@ -190,7 +190,7 @@ def run_replay_suite(
     prepared = [prepare_scenario(sc, native_cohorts(sc, natives)) for sc in scenarios]
     units = [
         Unit(f"{p.scenario.name}/{arm.name}/b{block}", run_arm_unit,
-             (p.scenario, p.trace_set, arm, block, p.deadlines_s, prefect))
+             (p.scenario, p.trace_set, arm, block, p.deadlines_s, prefect, p.server_info))
         for p in prepared
         for block, arm in arm_order(p.scenario)
     ]  # fmt: skip

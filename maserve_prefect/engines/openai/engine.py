@@ -2,15 +2,17 @@
 
 The one idea: `submit` never waits on the network. It decides acceptance at once (deployment,
 controls, prompt form, context length), hands the request to an asyncio loop that the engine runs
-in its own daemon thread, and returns the `Ticket`. The loop streams the call with the `openai`
-client (at most `max_concurrency` at a time, the client's own retries off; one attempt is
+in its own daemon thread, and returns the `Ticket`. The loop streams the call on one persistent
+`httpx` client whose pooled connections are opened when the engine starts (at most
+`max_concurrency` at a time; the body is encoded at submission; one attempt is
 `stream.stream_attempt`), retries 5xx answers, connection errors and timeouts by its `RetryPolicy`
 (`retry.py`) — a retry after a partial stream restarts the request — and resolves the ticket
 through `deliver`, which moves the callbacks onto the caller's regime (e.g.
 `lambda fn: gate.defer(None, fn)` runs them under the `WallGate` lock).
 
 Times: every time in an `Outcome` (arrival = submit time, first token, finish, each `Attempt`'s
-start and end) is on the caller's clock `now` (default: monotonic seconds since construction).
+start and end) is on the caller's clock `now`; an attempt starts when its request is handed to the
+connection pool, built and encoded (the send: what TTFT counts from, as a load generator's does) (default: monotonic seconds since construction).
 `first_scheduled_s` is None: HTTP does not show when the server first scheduled a request. The
 ticket's first-token callback fires once, at the first token of any attempt; the outcome's
 `first_token_s` belongs to the attempt whose output it reports (a note says when they differ).
@@ -36,20 +38,23 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-import openai
+import httpx
 
 from maserve_prefect.engines.openai.discovery import ServerInfo, discover, normalize_base_url
 from maserve_prefect.engines.openai.prompts import (
     DEFAULT_VOCAB_SIZE,
+    CallSpec,
     ServerFeatures,
     build_call,
     resolve_controls,
+    synth_token_ids,
 )
 from maserve_prefect.engines.openai.retry import RetryPolicy, classify_error
 from maserve_prefect.engines.openai.stream import (
     Job,
     completed_outcome,
     ended_outcome,
+    request_body,
     stream_attempt,
 )
 from maserve_prefect.errors import ConfigError, EngineError, UnsupportedError
@@ -91,6 +96,7 @@ class OpenAIEngine:
         state_source: latest vLLM gauge values by Prometheus name, for `state()`.
         server_info: skip discovery and use these facts.
         kv_events_endpoint: the server's KV-event publisher, if subscribed elsewhere.
+        warm_connections: pooled connections opened when the engine starts (0: none).
 
     Raises:
         ConfigError: bad bounds or URL.
@@ -120,6 +126,7 @@ class OpenAIEngine:
         server_info: ServerInfo | None = None,
         kv_events_endpoint: str | None = None,
         discovery_timeout_s: float = 30.0,
+        warm_connections: int = 4,
     ) -> None:
         if max_concurrency < 1 or not request_timeout_s > 0:
             raise ConfigError(
@@ -144,6 +151,7 @@ class OpenAIEngine:
         self.vocab_size = vocab_size
         self.state_source = state_source
         self.kv_events_endpoint = kv_events_endpoint
+        self.warm_connections = warm_connections
         self.intents: list[Intent] = []
         self.callback_errors: list[BaseException] = []
         self._deliver_fn = deliver
@@ -156,7 +164,8 @@ class OpenAIEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._loop_thread: threading.Thread | None = None  # the caller's, when attached
-        self._client: openai.AsyncOpenAI | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._warming: asyncio.Task[None] | None = None
         self._sem: asyncio.Semaphore | None = None
         self._jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # touched on the loop thread only
@@ -237,16 +246,20 @@ class OpenAIEngine:
         with self._start_lock:
             if self._closed or self._loop is not None:
                 raise EngineError(f"{self.name}: attach() on a started or closed engine")
-            self._client = openai.AsyncOpenAI(
-                base_url=f"{info.base_url}/v1",
-                api_key=self._api_key,
-                default_headers=self._headers or None,
-                max_retries=0,
-                timeout=self.request_timeout_s,
-            )
+            self._warm_code()
+            self._http = self._new_http(info)
             self._sem = asyncio.Semaphore(self.max_concurrency)
             self._loop, self._loop_thread = loop, threading.current_thread()
+            self._warming = loop.create_task(self._warm())
         return self
+
+    async def warmed(self) -> None:
+        """Wait until the pooled connections an attached engine opens are open (at once for a
+        started one, which opens them in `start`); a timed run awaits this before its first
+        request so the first requests do not queue behind the warm-up."""
+        warming = self._warming
+        if warming is not None and not warming.done():
+            await asyncio.shield(warming)
 
     async def aclose(self) -> None:
         """Close an attached engine on its loop (see `close` for what closing does)."""
@@ -267,14 +280,40 @@ class OpenAIEngine:
             ) from first
 
     async def _setup(self, info: ServerInfo) -> None:
-        self._client = openai.AsyncOpenAI(
-            base_url=f"{info.base_url}/v1",
-            api_key=self._api_key,
-            default_headers=self._headers or None,
-            max_retries=0,
-            timeout=self.request_timeout_s,
-        )
+        self._warm_code()
+        self._http = self._new_http(info)
         self._sem = asyncio.Semaphore(self.max_concurrency)
+        await self._warm()
+
+    def _new_http(self, info: ServerInfo) -> httpx.AsyncClient:
+        """The persistent client every call goes through: one kept-alive connection per
+        concurrency slot, no per-request setup."""
+        headers = {"Authorization": f"Bearer {self._api_key}"} | self._headers
+        return httpx.AsyncClient(
+            base_url=f"{info.base_url}/v1/",
+            headers=headers,
+            timeout=self.request_timeout_s,
+            limits=httpx.Limits(
+                max_connections=self.max_concurrency,
+                max_keepalive_connections=self.max_concurrency,
+                keepalive_expiry=None,
+            ),
+        )
+
+    def _warm_code(self) -> None:
+        """Run the submission path's first-use work once (numpy's generator set-up costs ~10 ms
+        on its first call), so that no timed request pays for it."""
+        synth_token_ids(2, (0,), 1, self.vocab_size, salt="warm-up")
+        request_body(CallSpec("completions", {"prompt": [1]}, {}))
+
+    async def _warm(self) -> None:
+        """Open `warm_connections` pooled connections before the first call (one `GET
+        /v1/models` each, which no server counts as a request), so the first calls do not pay
+        for a connect; a failure here is left to the calls themselves to report."""
+        if self._http is None or self.warm_connections < 1:
+            return
+        n = min(self.warm_connections, self.max_concurrency)
+        await asyncio.gather(*(self._http.get("models") for _ in range(n)), return_exceptions=True)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Abort in-flight requests (each ticket resolves ABORTED), stop the loop; idempotent.
@@ -324,8 +363,12 @@ class OpenAIEngine:
                 job,
                 ended_outcome(job, OutcomeStatus.ABORTED, "aborted: engine closed", self._now()),
             )
-        if self._client is not None:
-            await self._client.close()
+        warming = self._warming
+        if warming is not None and not warming.done():
+            warming.cancel()
+            await asyncio.gather(warming, return_exceptions=True)
+        if self._http is not None:
+            await self._http.aclose()
 
     def __enter__(self) -> OpenAIEngine:
         return self.start()
@@ -450,7 +493,7 @@ class OpenAIEngine:
             )
         notes = choice.notes + spec.notes
         ticket = Ticket(rid, Acceptance.ACCEPTED, notes=notes)
-        job = Job(request, spec, ticket, notes, choice.mode, arrival_s)
+        job = Job(request, spec, ticket, notes, choice.mode, arrival_s, body=request_body(spec))
         with self._lock:
             if self._closed:
                 return Ticket(rid, Acceptance.REJECTED, f"{self.name} is closed")
@@ -459,7 +502,10 @@ class OpenAIEngine:
             self._jobs[rid] = job
             self._counters["num_submitted"] += 1
             assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._spawn, job)  # before any close() shutdown
+            if self._loop_thread is not None and threading.current_thread() is self._loop_thread:
+                self._spawn(job)  # attached, on the loop: no wake-up through the self-pipe
+            else:
+                self._loop.call_soon_threadsafe(self._spawn, job)  # before any close() shutdown
         return ticket
 
     def inform(self, intent: Intent) -> None:
@@ -585,31 +631,39 @@ class OpenAIEngine:
         self._finish(job, outcome)
 
     async def _attempts(self, job: Job) -> Outcome:
-        assert self._sem is not None and self._client is not None
+        assert self._sem is not None and self._http is not None
         for number in range(1, self.retry.max_attempts + 1):
             async with self._sem:
                 job.running = True
-                start_s = self._now()
+                sent = [self._now()]  # replaced by the send stamp once the request goes out
+
+                def on_sent(t_s: float, box: list[float] = sent) -> None:
+                    box[0] = t_s
+
                 try:
                     got = await asyncio.wait_for(
                         stream_attempt(
-                            self._client, job, self._now, lambda t_s: self._first_token(job, t_s)
+                            self._http,
+                            job,
+                            self._now,
+                            lambda t_s: self._first_token(job, t_s),
+                            on_sent,
                         ),
                         self.request_timeout_s,
                     )
                 except asyncio.CancelledError:
-                    job.attempts.append(Attempt(number, start_s, self._now(), "aborted"))
+                    job.attempts.append(Attempt(number, sent[0], self._now(), "aborted"))
                     raise
                 except Exception as exc:
                     fail = classify_error(exc)
                     job.attempts.append(
                         Attempt(
-                            number, start_s, self._now(), fail.message, fail.status_code, fail.kind
+                            number, sent[0], self._now(), fail.message, fail.status_code, fail.kind
                         )
                     )
                     self._unreachable = fail.kind == "connection"
                 else:
-                    job.attempts.append(Attempt(number, start_s, self._now()))
+                    job.attempts.append(Attempt(number, sent[0], self._now()))
                     self._unreachable = False
                     return completed_outcome(job, got)
                 finally:

@@ -26,6 +26,7 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,7 +71,15 @@ __all__ = [
 
 def _draw(entropy: tuple[int, int], n: int, low: int, vocab_size: int) -> list[int]:
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(entropy))))
-    return [int(x) for x in rng.integers(low, vocab_size, size=n)]
+    out: list[int] = rng.integers(low, vocab_size, size=n).tolist()
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _block(h: int, n: int, low: int, vocab_size: int) -> tuple[int, ...]:
+    """One hashed prefix block's ids (cached: blocks recur, and a submission is on the send
+    path of a timed replay)."""
+    return tuple(_draw((_BLOCK_DOMAIN, h & _MASK_128), n, low, vocab_size))
 
 
 def synth_token_ids(
@@ -116,7 +125,7 @@ def synth_token_ids(
     for h in block_hashes:
         if len(ids) >= num_tokens:
             break
-        ids.extend(_draw((_BLOCK_DOMAIN, h & _MASK_128), block_size, low, vocab_size))
+        ids.extend(_block(h, block_size, low, vocab_size))
     del ids[num_tokens:]
     if len(ids) < num_tokens:
         digest = int.from_bytes(hashlib.sha256(salt.encode()).digest()[:16], "big")

@@ -30,7 +30,14 @@ except ImportError:  # pragma: no cover - depends on the installed openai
     _TRANSPORT_ERRORS = (httpx.TransportError,)
 
 
-__all__ = ["ERROR_KINDS", "Failure", "IncompleteStreamError", "RetryPolicy", "classify_error"]
+__all__ = [
+    "ERROR_KINDS",
+    "Failure",
+    "IncompleteStreamError",
+    "RetryPolicy",
+    "ServerStatusError",
+    "classify_error",
+]
 
 ERROR_KINDS = ("5xx", "4xx", "429", "connection", "timeout", "internal")
 """How a failed attempt is classified; `RetryPolicy.retry_on` names the kinds to retry."""
@@ -83,6 +90,15 @@ class IncompleteStreamError(Exception):
     """The stream ended without a finish reason (the connection went away mid-answer)."""
 
 
+class ServerStatusError(Exception):
+    """The server answered a call with a status other than 200 (`message`: its own words)."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(f"HTTP {status_code}: {message}")
+        self.status_code = status_code
+        self.message = message
+
+
 def _server_message(exc: openai.APIStatusError) -> str:
     """The server's own message (vLLM: `{"message": ...}` or `{"error": {"message": ...}}`)."""
     body = exc.body
@@ -103,11 +119,12 @@ def classify_error(exc: BaseException) -> Failure:
         >>> classify_error(ValueError("bug")).kind
         'internal'
     """
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, openai.APIStatusError | ServerStatusError):
         code = exc.status_code
         kind = "5xx" if code >= 500 else ("429" if code == 429 else "4xx")
-        return Failure(kind, code, f"HTTP {code}: {_server_message(exc)}")
-    if isinstance(exc, openai.APITimeoutError | TimeoutError):
+        msg = exc.message if isinstance(exc, ServerStatusError) else _server_message(exc)
+        return Failure(kind, code, f"HTTP {code}: {msg}")
+    if isinstance(exc, openai.APITimeoutError | TimeoutError | httpx.TimeoutException):
         return Failure("timeout", None, f"timed out ({type(exc).__name__})")
     if isinstance(exc, (openai.APIConnectionError, IncompleteStreamError, *_TRANSPORT_ERRORS)):
         cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""

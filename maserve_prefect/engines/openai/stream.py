@@ -1,6 +1,7 @@
 """One accepted request of `OpenAIEngine` on its way to an `Outcome`: its job, its stream.
 
-The one idea: an attempt is one streaming call read as raw server-sent events into a `Streamed`
+The one idea: an attempt is one streaming call, sent on the engine's persistent `httpx` client
+and read as raw server-sent events into a `Streamed`
 (text, token ids, usage); the outcome is then built from the job's record (request, realized mode,
 notes, every `Attempt`) and the last attempt's `Streamed`, or from the record alone when the job
 failed or was aborted. Nothing here holds engine state: the engine passes its client, its clock and
@@ -19,14 +20,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import openai
+import httpx
 
 from maserve_prefect.engines.openai.prompts import CallSpec
-from maserve_prefect.engines.openai.retry import IncompleteStreamError
+from maserve_prefect.engines.openai.retry import IncompleteStreamError, ServerStatusError
 from maserve_prefect.protocol.outcomes import Attempt, Outcome, OutcomeStatus, Ticket
 from maserve_prefect.protocol.requests import Request
 
-__all__ = ["Job", "Streamed", "completed_outcome", "ended_outcome", "stream_attempt"]
+__all__ = [
+    "Job",
+    "Streamed",
+    "completed_outcome",
+    "ended_outcome",
+    "request_body",
+    "stream_attempt",
+]
+
+_JSON = {"Content-Type": "application/json"}
 
 
 @dataclass(slots=True)
@@ -42,6 +52,7 @@ class Job:
     attempts: list[Attempt] = field(default_factory=list)
     running: bool = False
     first_token_s: float | None = None  # first token of any attempt (what the ticket reported)
+    body: bytes | None = None  # the encoded request body (`request_body`), built at submission
 
 
 @dataclass(slots=True)
@@ -57,33 +68,81 @@ class Streamed:
     num_pieces: int  # chunks that carried output (the count when the server sends no usage)
 
 
+def request_body(spec: CallSpec) -> bytes:
+    """The JSON body of `spec`'s call: its parameters with the vLLM fields merged in, encoded once
+    (at submission, so that nothing is serialized between the send stamp and the send).
+
+    Examples:
+        >>> from maserve_prefect.engines.openai.prompts import CallSpec
+        >>> request_body(CallSpec("completions", {"model": "m", "prompt": [1]}, {"ignore_eos": True}))
+        b'{"model":"m","prompt":[1],"ignore_eos":true}'
+    """
+    return json.dumps(spec.params | spec.extra_body, separators=(",", ":")).encode()
+
+
+def _status_message(status: int, body: bytes) -> str:
+    """The server's own message of a non-200 answer (vLLM: `{"message": ...}` or
+    `{"error": {"message": ...}}`), else the body's start."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        inner = data.get("error")
+        msg = inner.get("message") if isinstance(inner, dict) else data.get("message")
+        if isinstance(msg, str) and msg:
+            return msg
+    text = body.decode("utf-8", errors="replace").strip()
+    return text[:200] or f"status {status}"
+
+
 async def stream_attempt(
-    client: openai.AsyncOpenAI,
+    http: httpx.AsyncClient,
     job: Job,
     now: Callable[[], float],
     on_first_token: Callable[[float], None],
+    on_sent: Callable[[float], None] | None = None,
 ) -> Streamed:
-    """One streaming call through the openai client, read as raw server-sent events.
+    """One streaming call on the engine's persistent HTTP client, read as raw server-sent events.
 
-    `now` stamps the first token, which is handed to `on_first_token` as it arrives.
+    `now` stamps the send — the moment the request is handed to the connection pool, after
+    everything about it was built (`on_sent` gets it) — and the first token, which is handed to
+    `on_first_token` as it arrives.
 
-    The chunks are decoded with `json.loads` rather than the SDK's typed models: a vLLM
-    stream carries one chunk per token per request, and on a small machine per-chunk model
-    construction would make this client, not the server, the bottleneck — late first-token
-    and finish times are exactly what a measurement tool must not produce.
+    The call goes straight through `httpx` (a kept-alive connection pool, the body encoded at
+    submission) rather than the `openai` client, and the chunks are decoded with `json.loads`
+    rather than the SDK's typed models: per-request option building and per-chunk model
+    construction would make this client, not the server, the bottleneck on a small machine —
+    late send, first-token and finish times are exactly what a measurement tool must not produce.
+
+    Raises:
+        ServerStatusError: the server answered other than 200 (its message kept).
+        IncompleteStreamError: the stream ended before a finish reason, or carried an error.
+        httpx.HTTPError: the transport failed.
     """
     spec, chat = job.spec, job.spec.endpoint == "chat"
-    resource: Any = client.chat.completions if chat else client.completions
+    request = http.build_request(
+        "POST",
+        "chat/completions" if chat else "completions",
+        content=job.body if job.body is not None else request_body(spec),
+        headers=_JSON,
+    )
     parts: list[str] = []
     ids: list[int] | None = []
     num_pieces = 0
     usage: dict[str, Any] | None = None
     first_s: float | None = None
     finished = False
-    async with resource.with_streaming_response.create(
-        **spec.params, extra_body=spec.extra_body or None
-    ) as response:
-        async for line in response.iter_lines():
+    sent_s = now()
+    if on_sent is not None:
+        on_sent(sent_s)
+    response = await http.send(request, stream=True)
+    try:
+        if response.status_code != 200:
+            raise ServerStatusError(
+                response.status_code, _status_message(response.status_code, await response.aread())
+            )
+        async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()
@@ -109,6 +168,8 @@ async def stream_attempt(
                 elif piece:
                     ids = None  # text without ids: the server does not return them
                 finished = finished or bool(choice.get("finish_reason"))
+    finally:
+        await response.aclose()
     if not finished:
         raise IncompleteStreamError("the stream ended before a finish_reason")
     details = (usage or {}).get("prompt_tokens_details") or {}

@@ -71,6 +71,10 @@ class EngineAlias:
     def capabilities(self) -> Capabilities:
         return self.engine.capabilities()
 
+    async def warmed(self) -> None:
+        """Wait for the shared engine's warm-up (`OpenAIEngine.warmed`)."""
+        await self.engine.warmed()
+
     def submit(self, request: Request, controls: Sequence[Control] = ()) -> Ticket:
         return self.engine.submit(replace(request, deployment=self.engine.deployment), controls)
 
