@@ -5,8 +5,9 @@ transfer encoding, a usage chunk, `data: [DONE]`), answers `/v1/models`, `/versi
 `/metrics` like vLLM, and has knobs: fail the next K streaming calls with a status, drop the
 connection mid-stream, delay each chunk, hold streams until released, reject `priority` with 400
 (a vLLM not started with `--scheduling-policy priority`), return token ids when asked. Every
-POST body is recorded in `received`, and every request's `Authorization` header in
-`authorizations`, so a test can assert what the engine sent.
+POST body is recorded in `received`, every GET path in `gets` and every request's `Authorization` header in
+`authorizations`, so a test can assert what the engine sent; `/metrics` carries a TTFT histogram
+that counts the streaming calls (1 ms each), as vLLM's counts the requests it served.
 
 Output: `max_tokens` tokens (token id `100 + i`, text `" t<i>"`), unless a test sets
 `num_output_tokens`. Prompt tokens: the length of a token-id prompt, else the number of
@@ -50,6 +51,7 @@ class StubServer:
     url: str = ""
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     authorizations: list[str] = field(default_factory=list)
+    gets: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def streams(self) -> list[dict[str, Any]]:
@@ -107,12 +109,24 @@ def _make_handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             self._note_auth()
+            with stub.lock:
+                stub.gets.append(self.path)
             if self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": cfg.models})
             elif self.path == "/version" and cfg.vllm:
                 self._json(200, {"version": "0.0.0-stub"})
             elif self.path == "/metrics":
                 body = "vllm:num_requests_running 0\n" if cfg.vllm else "up 1\n"
+                if cfg.vllm:  # a TTFT histogram: every streaming call, 1 ms each
+                    n = len(stub.streams())
+                    body += (
+                        "".join(
+                            f'vllm:time_to_first_token_seconds_bucket{{le="{le}"}} {n}\n'
+                            for le in ("0.001", "0.01", "+Inf")
+                        )
+                        + f"vllm:time_to_first_token_seconds_sum {n * 0.001}\n"
+                    )
+                    body += f"vllm:time_to_first_token_seconds_count {n}\n"
                 self._text(200, body)
             else:
                 self._json(404, {"error": {"message": f"no route {self.path}"}})

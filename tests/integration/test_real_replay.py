@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from conftest import budgeted_pool
 from maserve_prefect.flows.native import run_native
 
+from maserve_prefect.replay.arms import run_scenario
 from maserve_prefect.replay.conformance import audit
 from maserve_prefect.replay.driver import replay_trace
+from maserve_prefect.replay.report import report_scenario
+from maserve_prefect.replay.scenario import mooncake_scenario
 from maserve_prefect.trace.cas import BlobStore
 from maserve_prefect.trace.model import OpKind, OpStatus, Trace
 
@@ -41,3 +47,21 @@ def test_replay_on_vllm_keeps_every_count_exact(
     assert not rep.token_mismatches and rep.num_early_releases == 0
     assert rep.basis == "engine completion -> release" and rep.num_released == len(trace.ops)
     assert run.trace.manifest.engine == engine_url
+
+
+def test_mooncake_replay_is_measured_against_the_servers_own_histograms(
+    engine_url: str, tmp_path: Path
+) -> None:
+    rows = [{"timestamp": 40 * i, "input_length": 100 + 30 * i, "output_length": 4,
+             "hash_ids": [i]} for i in range(3)]  # fmt: skip
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rep = report_scenario(run_scenario(mooncake_scenario(path, engine_url, timeout_s=120),
+                                       prefect=False))  # fmt: skip
+    table = {(r["source"], r["metric"]): r for r in rep.metric_tables["request latency"]}
+    # the server counted this arm's 3 requests: the capability probes ran before the drain
+    assert table[("server /metrics", "ttft")]["requests"] == len(rows)
+    assert table[("client", "ttft")]["requests"] == len(rows)
+    # the client's TTFT runs from its send and contains the server's (arrival to first token)
+    assert table[("client - server", "ttft")]["mean_ms"] > 0
+    assert rep.conformance[0].num_scheduled == len(rows) and rep.conformance[0].work_ok
