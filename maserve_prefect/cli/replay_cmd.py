@@ -289,7 +289,13 @@ def replay_cmd(
                 from maserve_prefect import prefect_server
 
                 stack.enter_context(prefect_server.connected(prefect_server.ensure_server()))
-            with console.status(f"replaying {sc.name} on {sc.engine}"):
+            if target.is_sim:
+                with console.status(f"replaying {sc.name} on {sc.engine}"):
+                    rep = run_replay(sc, prefect=prefect)
+            else:
+                # No spinner on the wall clock: its refresh thread would take the interpreter
+                # lock from the replay's loop, and a send or a first token would wait for it.
+                console.print(f"replaying {sc.name} on {sc.engine} (wall clock)")
                 rep = run_replay(sc, prefect=prefect)
         print_result(console, rep.result)
         print_metrics(console, rep)
