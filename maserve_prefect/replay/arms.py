@@ -18,8 +18,12 @@ Drained state: on the simulator every arm gets a fresh kernel and a fresh warm p
 engine is one shared server, so before each arm (and before the reference replay) the server is
 drained (`engines.openai.wall.drain_server`: wait until it runs and queues nothing, then reset its
 prefix cache); what that achieved is recorded with the arm (`ArmSummary.initial_state`, e.g.
-"idle; prefix cache not reset: unsupported by the server"). Real-engine replays run under the
-scenario's wall-clock limit (`Scenario.wall_timeout_s`): a stuck op ends the arm, never hangs it.
+"idle; prefix cache not reset: unsupported by the server"). The server's capabilities are
+probed once (`probe_engine`: three tiny completions), before the first drain, and every arm's
+engine reuses what was found, so no probe reaches the server during a measured arm; its latency
+histograms are scraped after each drain and after each arm (`ArmResult.server`). Real-engine
+replays run under the scenario's wall-clock limit (`Scenario.wall_timeout_s`): a stuck op ends
+the arm, never hangs it.
 
 Each arm run is summarized over its measured roots (`replay.arm_summary`: latency percentiles,
 deadline attainment, roots by status); across blocks an arm is summarized by the median and range
@@ -105,7 +109,8 @@ class LockedDeadlines(NamedTuple):
 
 @dataclass(slots=True)
 class ScenarioResult:
-    """What a scenario produced: locked deadlines, every arm run, and cross-block summaries."""
+    """What a scenario produced: locked deadlines, every arm run, and cross-block summaries
+    (`server_info`: what the one probe of a real server found; None on the simulator)."""
 
     scenario: Scenario
     trace_set: TraceSet
