@@ -151,23 +151,6 @@ def print_metrics(console: Console, rep: ScenarioReport) -> None:
             console.print(f"{name}: none in any arm run")
 
 
-def announce_server(server: Any) -> str:
-    """One line saying which Prefect API the replay records on (a managed server that maserve
-    started implicitly is named with its home and how to stop it).
-
-    Examples:
-        >>> from maserve_prefect.prefect_server import ServerInfo
-        >>> announce_server(ServerInfo(Path("/h"), True, "http://127.0.0.1:4200/api", pid=7))
-        'recording on the Prefect server maserve manages at http://127.0.0.1:4200/api (home /h, pid 7; `maserve server stop` stops it)'
-    """
-    if not server.managed:
-        return f"recording on the Prefect API at {server.url} (PREFECT_API_URL)"
-    return (
-        f"recording on the Prefect server maserve manages at {server.url} (home {server.home}, "
-        f"pid {server.pid}; `maserve server stop` stops it)"
-    )
-
-
 def print_overhead(console: Console, rep: ScenarioReport) -> None:
     """Per arm run on a server with latency histograms: the client's and the server's TTFT
     means, the requests each side counted, and the client's overhead (their difference)."""
@@ -305,8 +288,9 @@ def replay_cmd(
             if prefect:
                 from maserve_prefect import prefect_server
 
-                server = prefect_server.ensure_server()
-                console.print(announce_server(server))
+                server = prefect_server.ensure_server(  # an implicit start is announced
+                    announce=lambda line: console.print(line, highlight=False, soft_wrap=True)
+                )
                 stack.enter_context(prefect_server.connected(server))
             if target.is_sim:
                 with console.status(f"replaying {sc.name} on {sc.engine}"):
