@@ -43,8 +43,8 @@ def test_run_suite_without_prefect_runs_every_arm_and_audits_it(tmp_path: Path) 
     assert all(r["early_releases"] == 0 for r in conf if r["rule"] == "dag")
     assert detail.findings == [{"num_scenarios": 1}]
     assert list(res.tables()) == [
-        "arms", "conformance", "completion path", "stage time", "attempts", "slo", "goodput",
-        "engine", "replicas", "co-batching", "preemptions", "findings",
+        "arms", "conformance", "request latency", "completion path", "stage time", "attempts",
+        "slo", "goodput", "engine", "replicas", "co-batching", "preemptions", "findings",
     ]  # fmt: skip
     assert res.tables()["arms"] == detail.arm_rows()
     data = res.to_json()
