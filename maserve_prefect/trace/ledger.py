@@ -74,7 +74,10 @@ from maserve_prefect.trace.tables import (
     StageRow,
     op_rows,
     payload_refs,
+    root_row,
     sample_row,
+    session_row,
+    stage_row,
 )
 
 __all__ = ["Ledger", "PrefectLink", "RunInfo", "RunStatus", "SampleLike"]
@@ -183,15 +186,7 @@ class Ledger:
         """Record a root task instance of the run."""
         with self._write(f"root {root.root_id!r} of run {trace_id!r}") as session:
             self._run_row(session, trace_id)
-            session.add(
-                RootRow(
-                    trace_id=trace_id,
-                    root_id=root.root_id,
-                    workflow=root.workflow,
-                    arrival_s=root.arrival_s,
-                    record_json=root.to_json_line(),
-                )
-            )
+            session.add(root_row(trace_id, root))
 
     def set_root_final(self, trace_id: str, root_id: str, op_id: str) -> None:
         """Name `op_id` as the op that produced root `root_id`'s final artifact.
@@ -248,29 +243,13 @@ class Ledger:
         """Record a stage instance; its root must already be recorded."""
         with self._write(f"stage {stage.stage_id!r} of run {trace_id!r}") as session:
             self._require_root(session, trace_id, stage.root_id, f"stage {stage.stage_id!r}")
-            session.add(
-                StageRow(
-                    trace_id=trace_id,
-                    stage_id=stage.stage_id,
-                    root_id=stage.root_id,
-                    name=stage.name,
-                    record_json=stage.to_json_line(),
-                )
-            )
+            session.add(stage_row(trace_id, stage))
 
     def add_session(self, trace_id: str, sess: SessionRecord) -> None:
         """Record a participant session; its root must already be recorded."""
         with self._write(f"session {sess.session_id!r} of run {trace_id!r}") as session:
             self._require_root(session, trace_id, sess.root_id, f"session {sess.session_id!r}")
-            session.add(
-                SessionRow(
-                    trace_id=trace_id,
-                    session_id=sess.session_id,
-                    root_id=sess.root_id,
-                    stage_id=sess.stage_id,
-                    record_json=sess.to_json_line(),
-                )
-            )
+            session.add(session_row(trace_id, sess))
 
     def append_op(
         self,
@@ -408,36 +387,9 @@ class Ledger:
                 )
             )
             session.flush()  # the other tables' rows reference the run row: insert it first
-            rows: list[SQLModel] = [
-                RootRow(
-                    trace_id=tid,
-                    root_id=r.root_id,
-                    workflow=r.workflow,
-                    arrival_s=r.arrival_s,
-                    record_json=r.to_json_line(),
-                )
-                for r in trace.roots
-            ]
-            rows += [
-                StageRow(
-                    trace_id=tid,
-                    stage_id=s.stage_id,
-                    root_id=s.root_id,
-                    name=s.name,
-                    record_json=s.to_json_line(),
-                )
-                for s in trace.stages
-            ]
-            rows += [
-                SessionRow(
-                    trace_id=tid,
-                    session_id=s.session_id,
-                    root_id=s.root_id,
-                    stage_id=s.stage_id,
-                    record_json=s.to_json_line(),
-                )
-                for s in trace.sessions
-            ]
+            rows: list[SQLModel] = [root_row(tid, r) for r in trace.roots]
+            rows += [stage_row(tid, s) for s in trace.stages]
+            rows += [session_row(tid, s) for s in trace.sessions]
             for op in trace.ops:
                 rows += op_rows(tid, op)
             by_table: dict[type[SQLModel], list[dict[str, object]]] = {}

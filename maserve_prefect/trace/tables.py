@@ -32,7 +32,13 @@ from __future__ import annotations
 from sqlalchemy import Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from maserve_prefect.trace.model import EngineSample, OpRecord
+from maserve_prefect.trace.model import (
+    EngineSample,
+    OpRecord,
+    RootRecord,
+    SessionRecord,
+    StageRecord,
+)
 
 SampleLike = EngineSample | tuple[str, float, str, float]
 """An engine sample as a record or a plain `(source, t_s, name, value)` tuple (cheap to build)."""
@@ -289,6 +295,39 @@ def op_rows(trace_id: str, op: OpRecord, *, tool_wall_s: float | None = None) ->
         for role, pos, digest in payload_refs(op)
     ]
     return rows
+
+
+def root_row(trace_id: str, root: RootRecord) -> RootRow:
+    """A root record's row."""
+    return RootRow(
+        trace_id=trace_id,
+        root_id=root.root_id,
+        workflow=root.workflow,
+        arrival_s=root.arrival_s,
+        record_json=root.to_json_line(),
+    )
+
+
+def stage_row(trace_id: str, stage: StageRecord) -> StageRow:
+    """A stage record's row."""
+    return StageRow(
+        trace_id=trace_id,
+        stage_id=stage.stage_id,
+        root_id=stage.root_id,
+        name=stage.name,
+        record_json=stage.to_json_line(),
+    )
+
+
+def session_row(trace_id: str, sess: SessionRecord) -> SessionRow:
+    """A participant session record's row."""
+    return SessionRow(
+        trace_id=trace_id,
+        session_id=sess.session_id,
+        root_id=sess.root_id,
+        stage_id=sess.stage_id,
+        record_json=sess.to_json_line(),
+    )
 
 
 def sample_row(trace_id: str, s: SampleLike) -> dict[str, object]:

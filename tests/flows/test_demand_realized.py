@@ -37,6 +37,12 @@ def _calls(pool: PoolFile, cohort: dp.Cohort) -> list[list[dp.Call]]:
     return list(roots.values())
 
 
+def _every_deployment(pool: PoolFile, **update: object) -> PoolFile:
+    """`pool` with `update` applied to each of its deployments."""
+    deployments = tuple(d.model_copy(update=update) for d in pool.deployments)
+    return pool.model_copy(update={"deployments": deployments})
+
+
 def test_g5_population_matches_the_papers_tokens_per_call() -> None:
     pool = load_pool_file(POOL)
     realized = {c: _calls(pool, c) for c in dp.g5_cohorts(3)}
@@ -49,15 +55,8 @@ def test_g5_population_matches_the_papers_tokens_per_call() -> None:
 
 
 def test_an_overlong_output_is_capped_at_the_context_left_not_refused() -> None:
-    base = load_pool_file(POOL)
     short = 3072
-    pool = base.model_copy(
-        update={
-            "deployments": tuple(
-                d.model_copy(update={"max_model_len": short}) for d in base.deployments
-            )
-        }
-    )
+    pool = _every_deployment(load_pool_file(POOL), max_model_len=short)
     calls = [c for r in _calls(pool, dp.Cohort("refinement_loop", "research", 3, 3)) for c in r]
     assert all(i + o <= short for i, o in calls)
     assert any(i + o == short for i, o in calls)  # the research writer's drafts hit the cap
@@ -68,13 +67,7 @@ def test_a_deployments_output_budget_caps_every_call() -> None:
     # drawn lengths above it are cut to it, shorter ones are left as drawn.
     base = load_pool_file(POOL)
     budget = 1024
-    pool = base.model_copy(
-        update={
-            "deployments": tuple(
-                d.model_copy(update={"max_tokens": budget}) for d in base.deployments
-            )
-        }
-    )
+    pool = _every_deployment(base, max_tokens=budget)
     unbudgeted = [
         o for r in _calls(base, dp.Cohort("refinement_loop", "research", 3, 3)) for _, o in r
     ]
