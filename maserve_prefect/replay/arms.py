@@ -198,11 +198,15 @@ def probe_engine(scenario: Scenario) -> ServerInfo | None:
         return None
     from maserve_prefect.engines.openai.discovery import discover
 
-    limit = scenario.wall_timeout_s()
+    # The probe runs before the arms, outside their wall-clock limit: an arm's timeout (which
+    # may be tiny, to cut an arm short) bounds the arm's replay, never this discovery.
     return discover(
-        target.base_url, model=target.model, timeout_s=min(limit or 30.0, 30.0),
-        **target.client_auth(),
-    )  # fmt: skip
+        target.base_url, model=target.model, timeout_s=PROBE_TIMEOUT_S, **target.client_auth()
+    )
+
+
+PROBE_TIMEOUT_S = 30.0
+"""The time budget of the one discovery before a scenario's drains (`probe_engine`)."""
 
 
 def _server_histograms(scenario: Scenario) -> dict[str, Histogram] | None:
