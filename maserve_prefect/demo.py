@@ -177,9 +177,10 @@ def main() -> None:
         users = int(os.environ.get("MASERVE_DEMO_USERS", "3"))
         native_section(console, users=users)
         replay_section(console, users=8)
+    where = f"in its UI at {info.ui_url}" if info.ui_url else f"through its API at {info.url}"
     console.print(
-        "The local Prefect server keeps running for the next command; browse the runs through "
-        f"its API at {info.url}, stop it with `.venv/bin/maserve server stop`."
+        f"The local Prefect server keeps running for the next command; browse the runs {where}, "
+        "stop it with `.venv/bin/maserve server stop`."
     )
 
 
